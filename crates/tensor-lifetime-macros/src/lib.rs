@@ -1,0 +1,1 @@
+//! `#[track]` and `#[leak_test]` (in progress).

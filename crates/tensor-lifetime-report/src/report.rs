@@ -1,0 +1,317 @@
+//! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
+//! and its text rendering (`Display`).
+
+use crate::event::{MemorySample, SiteInfo};
+use crate::size::format_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What kind of retention a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// Survivors of a site keep growing with the iterations.
+    Leak,
+    /// A survivor's autograd graph holds other tensors.
+    GraphRetention,
+    /// Small views keep much larger storages alive.
+    ViewRetention,
+    /// Survivors born in one iteration only, kept since (information).
+    Retained,
+}
+
+impl FindingKind {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::Leak => "leak",
+            FindingKind::GraphRetention => "graph_retention",
+            FindingKind::ViewRetention => "view_retention",
+            FindingKind::Retained => "retained",
+        }
+    }
+
+    /// Lower is more serious.
+    pub fn severity_rank(self) -> u8 {
+        match self {
+            FindingKind::GraphRetention => 0,
+            FindingKind::ViewRetention => 1,
+            FindingKind::Leak => 2,
+            FindingKind::Retained => 3,
+        }
+    }
+
+    /// What to do about it.
+    pub fn hint(self) -> &'static str {
+        match self {
+            FindingKind::Leak => {
+                "drop these tensors when done, or bound the container that keeps them"
+            }
+            FindingKind::GraphRetention => {
+                "call .detach() on values kept across iterations (or take .to_scalar())"
+            }
+            FindingKind::ViewRetention => {
+                "keep a .copy() of the view so the large storage can be freed"
+            }
+            FindingKind::Retained => "state created once and kept; expected for optimizer state",
+        }
+    }
+}
+
+/// A site as reports show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteRef {
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub function: String,
+    pub label: String,
+}
+
+impl From<&SiteInfo> for SiteRef {
+    fn from(info: &SiteInfo) -> Self {
+        SiteRef {
+            file: info.file.clone(),
+            line: info.line,
+            column: info.column,
+            function: info.function.clone(),
+            label: info.label.clone(),
+        }
+    }
+}
+
+impl SiteRef {
+    /// `file:line`.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+}
+
+/// Who holds survivors of a finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRef {
+    /// `store`, `graph`, `view` or `unknown`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// The receiver text of a store (`self.cache`), or the label of the holding site.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Survivors held this way.
+    pub count: u64,
+}
+
+impl fmt::Display for HolderRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = match (&self.file, self.line) {
+            (Some(file), Some(line)) => format!(" at {file}:{line}"),
+            _ => String::new(),
+        };
+        let label = self.label.as_deref().unwrap_or("?");
+        match self.kind.as_str() {
+            "store" => write!(f, "stored into `{label}`{at}"),
+            "graph" => write!(f, "held by the autograd graph of `{label}`{at}"),
+            "view" => write!(f, "shares storage with `{label}`{at}"),
+            _ => write!(f, "holder unknown (a global, or code not tracked)"),
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// The leak rule holds: survivors keep growing.
+    pub growing: bool,
+    /// The creation site of the survivors.
+    pub site: SiteRef,
+    /// The loop that judged it.
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    pub loop_site: Option<SiteRef>,
+    /// The loop's iteration at judgement (0-based).
+    pub iteration: u64,
+    /// Survivors alive now.
+    pub survivors: u64,
+    /// Distinct iterations that bore them.
+    pub iterations: u64,
+    pub first_iteration: u64,
+    /// Bytes kept alive (storages counted once; the graph or pinned storages for those kinds).
+    pub bytes: u64,
+    pub bytes_per_iteration: u64,
+    /// Highest strong count among the survivors.
+    pub refcount: u64,
+    pub holders: Vec<HolderRef>,
+    #[serde(default)]
+    pub graph_tensors: u64,
+    #[serde(default)]
+    pub graph_bytes: u64,
+    #[serde(default)]
+    pub view_bytes: u64,
+    #[serde(default)]
+    pub view_storage_bytes: u64,
+    /// Other sites whose survivors are held only by this finding's graph.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_sites: Vec<SiteRef>,
+    pub hint: String,
+}
+
+impl Finding {
+    /// A leak, or a graph or view retention that keeps growing.
+    pub fn is_leak(&self) -> bool {
+        self.kind == FindingKind::Leak
+            || (self.growing
+                && matches!(
+                    self.kind,
+                    FindingKind::GraphRetention | FindingKind::ViewRetention
+                ))
+    }
+}
+
+/// A loop as the report summarizes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopSummary {
+    pub name: String,
+    pub site: Option<SiteRef>,
+    /// How many times the loop ran (frames opened) and iterations in all.
+    pub runs: u64,
+    pub iterations: u64,
+    /// Frames of this loop open now.
+    pub running: u64,
+}
+
+/// What the analysis concluded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+    pub loops: Vec<LoopSummary>,
+    pub live_tensors: u64,
+    pub live_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub sites_seen: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub memory: BTreeMap<String, MemorySample>,
+}
+
+impl Report {
+    /// Findings that are leaks ([`Finding::is_leak`]).
+    pub fn leaks(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.is_leak())
+    }
+
+    /// Whether any finding is a leak.
+    pub fn has_leaks(&self) -> bool {
+        self.leaks().next().is_some()
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", group(n), if n == 1 { one } else { many })
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = if self.is_leak() {
+            "LEAK"
+        } else {
+            match self.kind {
+                FindingKind::Retained => "RETAINED",
+                FindingKind::GraphRetention => "GRAPH",
+                FindingKind::ViewRetention => "VIEW",
+                FindingKind::Leak => "LEAK",
+            }
+        };
+        let loc = self.site.location();
+        write!(f, "{tag:<9}{loc}  `{}`", self.site.label)?;
+        let stores: Vec<&HolderRef> = self.holders.iter().filter(|h| h.kind == "store").collect();
+        if let Some(store) = stores.first() {
+            write!(f, " ({store})")?;
+        }
+        writeln!(f)?;
+        let pad = " ".repeat(9);
+        match self.kind {
+            FindingKind::GraphRetention => writeln!(
+                f,
+                "{pad}carries an autograd graph: {} other tensors, {} held",
+                group(self.graph_tensors),
+                format_bytes(self.graph_bytes)
+            )?,
+            FindingKind::ViewRetention => writeln!(
+                f,
+                "{pad}{} of views pin {} of storage",
+                format_bytes(self.view_bytes),
+                format_bytes(self.view_storage_bytes)
+            )?,
+            _ => {}
+        }
+        let born = if self.iterations == 1 {
+            format!("born in iteration {}", self.first_iteration)
+        } else {
+            format!("born in {}", plural(self.iterations, "iteration", "iterations"))
+        };
+        write!(
+            f,
+            "{pad}{} {born} still alive in loop {} (iteration {}), {}",
+            plural(self.survivors, "tensor", "tensors"),
+            self.loop_name,
+            self.iteration,
+            format_bytes(self.bytes)
+        )?;
+        if self.bytes_per_iteration > 0 {
+            write!(f, ", +{} per iteration", format_bytes(self.bytes_per_iteration))?;
+        }
+        writeln!(f, ", refcount {}", self.refcount)?;
+        for h in self.holders.iter().filter(|h| h.kind != "store" || stores.len() > 1) {
+            writeln!(f, "{pad}{} ({})", h, plural(h.count, "tensor", "tensors"))?;
+        }
+        if !self.held_sites.is_empty() {
+            let held: Vec<String> = self
+                .held_sites
+                .iter()
+                .map(|s| format!("`{}` {}", s.label, s.location()))
+                .collect();
+            writeln!(f, "{pad}the graph also holds: {}", held.join(", "))?;
+        }
+        writeln!(f, "{pad}hint: {}", self.hint)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let leaks = self.leaks().count() as u64;
+        writeln!(
+            f,
+            "tensor-lifetime: {}, {} ({}); live now: {}, {} (peak {})",
+            plural(self.findings.len() as u64, "finding", "findings"),
+            plural(leaks, "leak", "leaks"),
+            if leaks == 0 { "clean" } else { "LEAKING" },
+            plural(self.live_tensors, "tensor", "tensors"),
+            format_bytes(self.live_bytes),
+            format_bytes(self.peak_live_bytes),
+        )?;
+        for finding in &self.findings {
+            write!(f, "{finding}")?;
+        }
+        Ok(())
+    }
+}
