@@ -1,1 +1,49 @@
-fn main() {}
+//! `cargo xtask <task>`: the project's chores that need more than cargo.
+//!
+//! One module per task; `main` only dispatches. Errors print as `error: ...` with a
+//! non-zero exit (anyhow's `Result` from `main`).
+
+mod cuda_toolkit;
+mod gpu_build;
+mod util;
+
+use anyhow::{bail, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [options]
+
+tasks:
+  cuda-toolkit [--force]
+      Install the CUDA 13.0 toolkit wheels (nvcc, nvvm, cudart, crt, cccl) into
+      target/cuda-toolkit with pip, add the libcudart.so link, generate the link-time
+      stubs when the CUDA rlibs exist, and print the environment to build with.
+      Idempotent; --force reinstalls. No system install.
+  gpu-build [--example NAME]... [--bench NAME]... [--all-examples]
+      Build the GPU binaries with --features cuda (CARGO_TARGET_DIR=target/cuda),
+      generating the link stubs from the rlibs' undefined symbols, strip them and put
+      them, gzip-compressed, in gpu-bin/ with gpu-bin/run.sh, ready to carry to the GPU
+      host. By default: every examples/examples/cuda_*.rs and every benches/cuda_*.rs.
+  help
+      This text.
+";
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let Some(task) = args.next() else {
+        eprint!("{USAGE}");
+        bail!("no task given");
+    };
+    let rest: Vec<String> = args.collect();
+    match task.as_str() {
+        "cuda-toolkit" => cuda_toolkit::run(&rest),
+        "gpu-build" => gpu_build::run(&rest),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprint!("{USAGE}");
+            bail!("unknown task `{other}`")
+        }
+    }
+}
