@@ -11,13 +11,17 @@
 //! - [`analysis`]: the per-loop, per-site judgement (leak, retained, graph and view
 //!   retention) as a state machine over events.
 //! - [`report`]: the [`Report`] value, its JSON shape and its text rendering.
+//! - [`memory_findings`]: untracked growth and shape churn, judged from memory samples
+//!   and birth sizes.
 //! - [`size`]: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`).
 
 pub mod analysis;
 pub mod event;
+pub mod memory_findings;
 pub mod report;
 pub mod size;
 
 pub use analysis::{Analysis, Judgement};
 pub use event::{Event, ReadError, SiteKind};
+pub use memory_findings::{MemoryFindings, MemoryJudgement};
 pub use report::{Finding, FindingKind, Report};

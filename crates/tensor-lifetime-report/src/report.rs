@@ -19,6 +19,12 @@ pub enum FindingKind {
     ViewRetention,
     /// Survivors born in one iteration only, kept since (information).
     Retained,
+    /// A device's memory in use grows with the iterations beyond the tracked tensors
+    /// (`memory_findings`): memory held by code that is not annotated.
+    UntrackedGrowth,
+    /// A site keeps making tensors of new sizes (dynamic shapes), which fragments a
+    /// caching pool (`memory_findings`).
+    ShapeChurn,
 }
 
 impl FindingKind {
@@ -29,6 +35,8 @@ impl FindingKind {
             FindingKind::GraphRetention => "graph_retention",
             FindingKind::ViewRetention => "view_retention",
             FindingKind::Retained => "retained",
+            FindingKind::UntrackedGrowth => "untracked_growth",
+            FindingKind::ShapeChurn => "shape_churn",
         }
     }
 
@@ -38,7 +46,9 @@ impl FindingKind {
             FindingKind::GraphRetention => 0,
             FindingKind::ViewRetention => 1,
             FindingKind::Leak => 2,
-            FindingKind::Retained => 3,
+            FindingKind::UntrackedGrowth => 3,
+            FindingKind::ShapeChurn => 4,
+            FindingKind::Retained => 5,
         }
     }
 
@@ -55,6 +65,12 @@ impl FindingKind {
                 "keep a .copy() of the view so the large storage can be freed"
             }
             FindingKind::Retained => "state created once and kept; expected for optimizer state",
+            FindingKind::UntrackedGrowth => {
+                "annotate the code that allocates (#[track]) to find the site, or look for tensors kept by code outside tracked functions"
+            }
+            FindingKind::ShapeChurn => {
+                "pad or bucket the shapes (e.g. sequence lengths to multiples of 64) so the pool can reuse its blocks"
+            }
         }
     }
 }
@@ -239,8 +255,37 @@ impl fmt::Display for Finding {
                 FindingKind::GraphRetention => "GRAPH",
                 FindingKind::ViewRetention => "VIEW",
                 FindingKind::Leak => "LEAK",
+                FindingKind::UntrackedGrowth => "UNTRACKED",
+                FindingKind::ShapeChurn => "CHURN",
             }
         };
+        let pad = " ".repeat(9);
+        // The memory findings (memory_findings.rs) carry their numbers in the hint.
+        match self.kind {
+            FindingKind::UntrackedGrowth => {
+                writeln!(
+                    f,
+                    "{tag:<8} {}  {}: +{} per iteration in loop {}",
+                    self.site.file,
+                    self.site.label,
+                    format_bytes(self.bytes_per_iteration),
+                    self.loop_name
+                )?;
+                return writeln!(f, "{pad}{}", self.hint);
+            }
+            FindingKind::ShapeChurn => {
+                writeln!(
+                    f,
+                    "{tag:<8} {}  `{}` makes tensors of new sizes in loop {}, up to {}",
+                    self.site.location(),
+                    self.site.label,
+                    self.loop_name,
+                    format_bytes(self.bytes)
+                )?;
+                return writeln!(f, "{pad}{}", self.hint);
+            }
+            _ => {}
+        }
         let loc = self.site.location();
         write!(f, "{tag:<9}{loc}  `{}`", self.site.label)?;
         let stores: Vec<&HolderRef> = self.holders.iter().filter(|h| h.kind == "store").collect();
@@ -248,7 +293,6 @@ impl fmt::Display for Finding {
             write!(f, " ({store})")?;
         }
         writeln!(f)?;
-        let pad = " ".repeat(9);
         match self.kind {
             FindingKind::GraphRetention => writeln!(
                 f,
@@ -267,7 +311,10 @@ impl fmt::Display for Finding {
         let born = if self.iterations == 1 {
             format!("born in iteration {}", self.first_iteration)
         } else {
-            format!("born in {}", plural(self.iterations, "iteration", "iterations"))
+            format!(
+                "born in {}",
+                plural(self.iterations, "iteration", "iterations")
+            )
         };
         write!(
             f,
@@ -278,10 +325,18 @@ impl fmt::Display for Finding {
             format_bytes(self.bytes)
         )?;
         if self.bytes_per_iteration > 0 {
-            write!(f, ", +{} per iteration", format_bytes(self.bytes_per_iteration))?;
+            write!(
+                f,
+                ", +{} per iteration",
+                format_bytes(self.bytes_per_iteration)
+            )?;
         }
         writeln!(f, ", refcount {}", self.refcount)?;
-        for h in self.holders.iter().filter(|h| h.kind != "store" || stores.len() > 1) {
+        for h in self
+            .holders
+            .iter()
+            .filter(|h| h.kind != "store" || stores.len() > 1)
+        {
             writeln!(f, "{pad}{} ({})", h, plural(h.count, "tensor", "tensors"))?;
         }
         if !self.held_sites.is_empty() {
