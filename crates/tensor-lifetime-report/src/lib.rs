@@ -11,17 +11,28 @@
 //! - [`analysis`]: the per-loop, per-site judgement (leak, retained, graph and view
 //!   retention) as a state machine over events.
 //! - [`report`]: the [`Report`] value, its JSON shape and its text rendering.
-//! - [`memory_findings`]: untracked growth and shape churn, judged from memory samples
-//!   and birth sizes.
 //! - [`size`]: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`).
+//! - [`timeline`]: a streaming, downsampling aggregator of live memory over time.
+//! - [`html`]: the self-contained HTML report (timeline, findings, per-site detail).
+//! - [`trace`]: a Chrome Trace Event file for ui.perfetto.dev and chrome://tracing.
+//! - [`diff`]: a per-site comparison of two reports (a CI guard against new leaks).
+//!
+//! The renderers take events through the same [`event::EventReader`] and the judgement
+//! through the same [`Analysis`]; none of them judges leaks itself.
 
 pub mod analysis;
+pub mod diff;
 pub mod event;
-pub mod memory_findings;
+pub mod html;
 pub mod report;
 pub mod size;
+#[doc(hidden)]
+pub mod synth;
+pub mod timeline;
+pub mod trace;
 
 pub use analysis::{Analysis, Judgement};
+pub use diff::Diff;
 pub use event::{Event, ReadError, SiteKind};
-pub use memory_findings::{MemoryFindings, MemoryJudgement};
 pub use report::{Finding, FindingKind, Report};
+pub use timeline::{Timeline, TimelineBuilder};

@@ -1,0 +1,32 @@
+//! Writes a synthetic event log (a simulated training loop, see `synth`), for benchmarks
+//! of the CLI on long logs:
+//!
+//! ```text
+//! cargo run --release -p tensor-lifetime-report --example synth_log -- 1000000 big.jsonl
+//! cargo run --release -p tensor-lifetime-report --example synth_log -- clean 4 50 clean.jsonl
+//! ```
+
+use std::io::{BufWriter, Write};
+use tensor_lifetime_report::synth::{self, SynthLoop};
+
+fn main() -> std::io::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: synth_log EVENTS OUT | synth_log clean|leaky EPOCHS BATCHES OUT";
+    let (cfg, out) = match args.as_slice() {
+        [n, out] => (SynthLoop::with_events(n.parse().expect(usage)), out),
+        [kind, epochs, batches, out] => {
+            let (e, b) = (epochs.parse().expect(usage), batches.parse().expect(usage));
+            match kind.as_str() {
+                "clean" => (SynthLoop::clean(e, b), out),
+                "leaky" => (SynthLoop::leaky(e, b), out),
+                _ => panic!("{usage}"),
+            }
+        }
+        _ => panic!("{usage}"),
+    };
+    let mut w = BufWriter::new(std::fs::File::create(out)?);
+    let n = synth::write_log(&cfg, &mut w)?;
+    w.flush()?;
+    eprintln!("wrote {n} events to {out}");
+    Ok(())
+}

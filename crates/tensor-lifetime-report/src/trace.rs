@@ -1,0 +1,581 @@
+//! A Chrome Trace Event file of a run, for ui.perfetto.dev and chrome://tracing.
+//!
+//! The JSON object format: `{"traceEvents":[...],"displayTimeUnit":"ms"}` with
+//!
+//! - `M` metadata events naming the process and its threads;
+//! - `C` counter events: `live bytes` and `live tensors` at each iteration end, and per
+//!   device `pool used (DEV)`, `pool reserved (DEV)`, `device used (DEV)` from memory
+//!   samples (one counter per name, each with a single `bytes` series, so the tracks are
+//!   not stacked on each other);
+//! - `X` complete events: one per loop iteration (`'epoch #3`) and one per loop run,
+//!   on the thread that ran the loop, so nested loops nest;
+//! - `i` instant events (global scope) for the report's findings, at the iteration end
+//!   where the judging loop reached the finding's iteration with the finding's survivors
+//!   (or at the end of the trace when no such point is seen).
+//!
+//! Times are microseconds (`ts`, `dur`) written with nanosecond decimals from the events'
+//! `t_ns`, so nothing is rounded and nested slices stay nested.
+//!
+//! [`TraceWriter`] streams: each event is written as it is applied, so memory is bounded by
+//! the open loop frames, threads and sites. Findings come from a [`crate::Report`] made
+//! before (a first pass over the log through [`crate::Analysis`]).
+
+use crate::event::{Event, SiteInfo};
+use crate::report::{Finding, SiteRef};
+use crate::size::format_bytes;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// The process id used when the log has no header.
+const DEFAULT_PID: u32 = 1;
+
+#[derive(Debug)]
+struct Frame {
+    name: String,
+    site: u32,
+    tid: u32,
+    start_ns: u64,
+}
+
+#[derive(Debug)]
+struct PendingFinding {
+    finding: Finding,
+    written: bool,
+}
+
+/// Writes a trace while events are applied. See the module docs.
+#[derive(Debug)]
+pub struct TraceWriter<W: Write> {
+    out: W,
+    first: bool,
+    pid: u32,
+    process_named: bool,
+    threads: HashMap<u64, u32>,
+    sites: HashMap<u32, SiteInfo>,
+    frames: HashMap<u64, Frame>,
+    findings: Vec<PendingFinding>,
+    t_last: u64,
+    written: u64,
+}
+
+fn micros(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+fn same_site(a: &SiteRef, b: &SiteInfo) -> bool {
+    a.file == b.file && a.line == b.line && a.column == b.column && a.label == b.label
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts the trace; `findings` become instant events.
+    pub fn new(mut out: W, findings: &[Finding]) -> io::Result<Self> {
+        out.write_all(b"{\"traceEvents\":[\n")?;
+        Ok(TraceWriter {
+            out,
+            first: true,
+            pid: DEFAULT_PID,
+            process_named: false,
+            threads: HashMap::new(),
+            sites: HashMap::new(),
+            frames: HashMap::new(),
+            findings: findings
+                .iter()
+                .map(|f| PendingFinding {
+                    finding: f.clone(),
+                    written: false,
+                })
+                .collect(),
+            t_last: 0,
+            written: 0,
+        })
+    }
+
+    /// Trace events written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Writes one trace event: `ph`, `name`, `ts` (ns) and the rest as JSON fields.
+    fn emit(&mut self, ph: &str, name: &str, ts_ns: u64, tid: u32, rest: &str) -> io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.written += 1;
+        write!(
+            self.out,
+            "{{\"ph\":\"{ph}\",\"name\":{},\"pid\":{},\"tid\":{tid},\"ts\":{}{rest}}}",
+            Value::from(name),
+            self.pid,
+            micros(ts_ns)
+        )
+    }
+
+    fn name_process(&mut self) -> io::Result<()> {
+        if !self.process_named {
+            self.process_named = true;
+            let args = json!({ "name": format!("tensor-lifetime (pid {})", self.pid) });
+            self.emit("M", "process_name", 0, 0, &format!(",\"args\":{args}"))?;
+        }
+        Ok(())
+    }
+
+    fn tid(&mut self, thread: u64) -> io::Result<u32> {
+        if let Some(t) = self.threads.get(&thread) {
+            return Ok(*t);
+        }
+        self.name_process()?;
+        let tid = self.threads.len() as u32 + 1;
+        self.threads.insert(thread, tid);
+        let args = json!({ "name": format!("thread {thread}") });
+        self.emit("M", "thread_name", 0, tid, &format!(",\"args\":{args}"))?;
+        Ok(tid)
+    }
+
+    fn counter(&mut self, name: &str, ts_ns: u64, value: u64) -> io::Result<()> {
+        self.name_process()?;
+        self.emit(
+            "C",
+            name,
+            ts_ns,
+            0,
+            &format!(",\"args\":{{\"bytes\":{value}}}"),
+        )
+    }
+
+    fn site_text(&self, id: u32) -> String {
+        match self.sites.get(&id) {
+            Some(s) => format!("`{}` {}", s.label, s.location()),
+            None => format!("site #{id}"),
+        }
+    }
+
+    /// Applies one event.
+    pub fn apply(&mut self, event: &Event) -> io::Result<()> {
+        match event {
+            Event::Header { pid, .. } => {
+                if !self.process_named {
+                    self.pid = *pid;
+                }
+                self.name_process()?;
+            }
+            Event::Site { id, info } => {
+                self.sites.insert(*id, info.clone());
+            }
+            Event::LoopStart {
+                t_ns,
+                frame,
+                site,
+                name,
+                thread,
+                ..
+            } => {
+                let tid = self.tid(*thread)?;
+                self.t_last = self.t_last.max(*t_ns);
+                let name = if name.is_empty() {
+                    format!("loop {}", self.site_text(*site))
+                } else {
+                    name.clone()
+                };
+                self.frames.insert(
+                    *frame,
+                    Frame {
+                        name,
+                        site: *site,
+                        tid,
+                        start_ns: *t_ns,
+                    },
+                );
+            }
+            Event::IterationEnd {
+                t_ns,
+                frame,
+                iteration,
+                duration_ns,
+                live_tensors,
+                live_bytes,
+                sites,
+            } => {
+                self.t_last = self.t_last.max(*t_ns);
+                self.counter("live bytes", *t_ns, *live_bytes)?;
+                self.name_process()?;
+                self.emit(
+                    "C",
+                    "live tensors",
+                    *t_ns,
+                    0,
+                    &format!(",\"args\":{{\"tensors\":{live_tensors}}}"),
+                )?;
+                let Some(f) = self.frames.get(frame) else {
+                    return Ok(());
+                };
+                let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
+                let mut survivors: Vec<_> = sites.iter().filter(|s| s.survivors > 0).collect();
+                survivors.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+                let mut by_site = serde_json::Map::new();
+                for s in survivors.iter().take(10) {
+                    by_site.insert(
+                        self.site_text(s.site),
+                        json!(format!(
+                            "{} tensors, {}",
+                            s.survivors,
+                            format_bytes(s.bytes)
+                        )),
+                    );
+                }
+                let args = json!({
+                    "loop": name,
+                    "iteration": iteration,
+                    "live_tensors": live_tensors,
+                    "live_bytes": live_bytes,
+                    "survivors": by_site,
+                });
+                let start = t_ns.saturating_sub(*duration_ns);
+                self.emit(
+                    "X",
+                    &format!("{name} #{iteration}"),
+                    start,
+                    tid,
+                    &format!(
+                        ",\"dur\":{},\"cat\":\"iteration\",\"args\":{args}",
+                        micros(t_ns - start)
+                    ),
+                )?;
+                // Findings judged by this loop at this iteration with these survivors.
+                let loop_info = self.sites.get(&loop_site).cloned();
+                for i in 0..self.findings.len() {
+                    let p = &self.findings[i];
+                    if p.written || p.finding.iteration != *iteration {
+                        continue;
+                    }
+                    let loop_matches = match (&p.finding.loop_site, &loop_info) {
+                        (Some(a), Some(b)) => same_site(a, b),
+                        _ => p.finding.loop_name == name,
+                    };
+                    let site_matches = sites.iter().any(|s| {
+                        s.survivors == p.finding.survivors
+                            && self
+                                .sites
+                                .get(&s.site)
+                                .is_some_and(|info| same_site(&p.finding.site, info))
+                    });
+                    if loop_matches && site_matches {
+                        self.write_finding(i, *t_ns)?;
+                    }
+                }
+            }
+            Event::LoopEnd {
+                t_ns,
+                frame,
+                iterations,
+            } => {
+                self.t_last = self.t_last.max(*t_ns);
+                if let Some(f) = self.frames.remove(frame) {
+                    let args = json!({ "iterations": iterations });
+                    self.emit(
+                        "X",
+                        &format!("loop {}", f.name),
+                        f.start_ns,
+                        f.tid,
+                        &format!(
+                            ",\"dur\":{},\"cat\":\"loop\",\"args\":{args}",
+                            micros(t_ns.saturating_sub(f.start_ns))
+                        ),
+                    )?;
+                }
+            }
+            Event::Memory {
+                t_ns,
+                device,
+                sample,
+            } => {
+                self.t_last = self.t_last.max(*t_ns);
+                for (what, value) in [
+                    ("pool used", sample.pool_used),
+                    ("pool reserved", sample.pool_reserved),
+                    ("device used", sample.device_used),
+                ] {
+                    if let Some(v) = value {
+                        self.counter(&format!("{what} ({device})"), *t_ns, v)?;
+                    }
+                }
+            }
+            Event::Born { t_ns, .. } | Event::Stored { t_ns, .. } | Event::Dropped { t_ns, .. } => {
+                self.t_last = self.t_last.max(*t_ns);
+            }
+            Event::Alias { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn write_finding(&mut self, index: usize, ts_ns: u64) -> io::Result<()> {
+        self.findings[index].written = true;
+        let f = &self.findings[index].finding;
+        let tag = if f.is_leak() { "LEAK" } else { f.kind.as_str() };
+        let name = format!("{tag} `{}` {}", f.site.label, f.site.location());
+        let holders: Vec<String> = f
+            .holders
+            .iter()
+            .map(|h| format!("{h} ({})", h.count))
+            .collect();
+        let args = json!({
+            "kind": f.kind.as_str(),
+            "leak": f.is_leak(),
+            "site": f.site.location(),
+            "label": f.site.label,
+            "loop": f.loop_name,
+            "iteration": f.iteration,
+            "survivors": f.survivors,
+            "bytes": f.bytes,
+            "bytes_per_iteration": f.bytes_per_iteration,
+            "refcount": f.refcount,
+            "holders": holders,
+            "hint": f.hint,
+        });
+        self.name_process()?;
+        self.emit(
+            "i",
+            &name,
+            ts_ns,
+            0,
+            &format!(",\"s\":\"g\",\"cat\":\"finding\",\"args\":{args}"),
+        )
+    }
+
+    /// Writes the findings not placed yet (at the last time seen) and closes the JSON.
+    pub fn finish(mut self) -> io::Result<W> {
+        for i in 0..self.findings.len() {
+            if !self.findings[i].written {
+                self.write_finding(i, self.t_last)?;
+            }
+        }
+        // Loops still open when the log ended (a crashed run): up to the last time seen.
+        let mut open: Vec<(u64, Frame)> = self.frames.drain().collect();
+        open.sort_by_key(|(id, _)| *id);
+        for (_, f) in open {
+            let dur = micros(self.t_last.saturating_sub(f.start_ns));
+            self.emit(
+                "X",
+                &format!("loop {} (running)", f.name),
+                f.start_ns,
+                f.tid,
+                &format!(",\"dur\":{dur},\"cat\":\"loop\"",),
+            )?;
+        }
+        self.out.write_all(b"\n],\"displayTimeUnit\":\"ms\"}\n")?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// The rules of the Trace Event format this module writes, checked on a parsed file:
+/// for tests of this crate and the CLI. Returns the first broken rule.
+pub fn check_trace(trace: &Value) -> Result<TraceStats, String> {
+    let events = trace
+        .get("traceEvents")
+        .and_then(Value::as_array)
+        .ok_or("no `traceEvents` array at the top level")?;
+    if let Some(unit) = trace.get("displayTimeUnit") {
+        if unit != "ms" && unit != "ns" {
+            return Err(format!(
+                "displayTimeUnit must be \"ms\" or \"ns\", is {unit}"
+            ));
+        }
+    }
+    let mut stats = TraceStats::default();
+    // Complete events per (pid, tid) must nest: sort by start, longest first, and keep a
+    // stack of open ends.
+    let mut slices: HashMap<(i64, i64), Vec<(f64, f64)>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        let at = |what: &str| format!("traceEvents[{i}]: {what}: {e}");
+        let obj = e.as_object().ok_or_else(|| at("not an object"))?;
+        let ph = obj
+            .get("ph")
+            .and_then(Value::as_str)
+            .ok_or_else(|| at("no `ph` string"))?;
+        obj.get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| at("no `name` string"))?;
+        let pid = obj
+            .get("pid")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| at("no integer `pid`"))?;
+        let tid = obj
+            .get("tid")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| at("no integer `tid`"))?;
+        let ts = obj.get("ts").and_then(Value::as_f64);
+        if ph != "M" {
+            let ts = ts.ok_or_else(|| at("no numeric `ts`"))?;
+            if ts < 0.0 {
+                return Err(at("negative `ts`"));
+            }
+        }
+        if let Some(args) = obj.get("args") {
+            if !args.is_object() {
+                return Err(at("`args` is not an object"));
+            }
+        }
+        match ph {
+            "X" => {
+                let dur = obj
+                    .get("dur")
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| at("complete event without numeric `dur`"))?;
+                if dur < 0.0 {
+                    return Err(at("negative `dur`"));
+                }
+                slices
+                    .entry((pid, tid))
+                    .or_default()
+                    .push((ts.unwrap_or(0.0), dur));
+                stats.slices += 1;
+            }
+            "C" => {
+                let args = obj
+                    .get("args")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| at("counter without `args`"))?;
+                if args.is_empty() || !args.values().all(Value::is_number) {
+                    return Err(at("counter `args` must be numbers"));
+                }
+                stats.counters += 1;
+            }
+            "i" | "I" => {
+                match obj.get("s").and_then(Value::as_str) {
+                    None | Some("g" | "p" | "t") => {}
+                    Some(_) => return Err(at("instant scope `s` must be g, p or t")),
+                }
+                stats.instants += 1;
+            }
+            "M" => {
+                let name = obj["name"].as_str().unwrap_or_default();
+                if !matches!(
+                    name,
+                    "process_name"
+                        | "thread_name"
+                        | "process_sort_index"
+                        | "thread_sort_index"
+                        | "process_labels"
+                ) {
+                    return Err(at("unknown metadata name"));
+                }
+                if name.ends_with("_name")
+                    && !obj
+                        .get("args")
+                        .and_then(|a| a.get("name"))
+                        .is_some_and(Value::is_string)
+                {
+                    return Err(at("metadata without `args.name`"));
+                }
+                stats.metadata += 1;
+            }
+            other => return Err(at(&format!("phase {other:?} is not one this writer uses"))),
+        }
+    }
+    for ((pid, tid), mut v) in slices {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut stack: Vec<f64> = Vec::new();
+        for (ts, dur) in v {
+            while stack.last().is_some_and(|end| *end <= ts) {
+                stack.pop();
+            }
+            let end = ts + dur;
+            if let Some(outer) = stack.last() {
+                // Allow float noise of a nanosecond.
+                if end > outer + 1e-3 {
+                    return Err(format!(
+                        "pid {pid} tid {tid}: the slice at {ts} us ends at {end}, after the \
+                         slice it starts in ({outer}): slices on a thread must nest"
+                    ));
+                }
+            }
+            stack.push(end);
+        }
+    }
+    Ok(stats)
+}
+
+/// What [`check_trace`] counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TraceStats {
+    pub slices: u64,
+    pub counters: u64,
+    pub instants: u64,
+    pub metadata: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Analysis;
+    use crate::synth::{self, SynthLoop};
+
+    fn trace(cfg: &SynthLoop) -> (Value, crate::Report) {
+        let mut a = Analysis::default();
+        synth::generate(cfg, |e| a.apply(&e));
+        let report = a.report();
+        let mut w = TraceWriter::new(Vec::new(), &report.findings).unwrap();
+        synth::generate(cfg, |e| w.apply(&e).unwrap());
+        let bytes = w.finish().unwrap();
+        (serde_json::from_slice(&bytes).unwrap(), report)
+    }
+
+    #[test]
+    fn writes_valid_trace_events() {
+        let (t, report) = trace(&SynthLoop::leaky(3, 4));
+        let stats = check_trace(&t).unwrap();
+        // 12 batch + 3 epoch iterations, 3 batch loops + 1 epoch loop.
+        assert_eq!(stats.slices, 12 + 3 + 3 + 1);
+        assert_eq!(stats.instants, report.findings.len() as u64);
+        // live bytes + live tensors per iteration end; 3 pool counters per batch.
+        assert_eq!(stats.counters, 2 * 15 + 3 * 12);
+        assert_eq!(stats.metadata, 2);
+    }
+
+    #[test]
+    fn findings_are_placed_where_they_were_judged() {
+        let (t, report) = trace(&SynthLoop::leaky(5, 4));
+        let leak = &report.findings[0];
+        assert!(leak.is_leak());
+        let events = t["traceEvents"].as_array().unwrap();
+        let instant = events
+            .iter()
+            .find(|e| e["ph"] == "i" && e["args"]["label"] == "t")
+            .unwrap();
+        assert_eq!(instant["s"], "g");
+        assert!(instant["name"].as_str().unwrap().starts_with("LEAK `t`"));
+        // At the end of the iteration of the judging loop, not at the end of the trace.
+        let slice = events
+            .iter()
+            .find(|e| {
+                e["ph"] == "X"
+                    && e["args"]["loop"] == leak.loop_name.as_str()
+                    && e["args"]["iteration"] == leak.iteration
+            })
+            .unwrap();
+        let end = slice["ts"].as_f64().unwrap() + slice["dur"].as_f64().unwrap();
+        assert!((instant["ts"].as_f64().unwrap() - end).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_checker_catches_broken_rules() {
+        let bad = json!({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1}]});
+        assert!(check_trace(&bad).unwrap_err().contains("dur"));
+        let bad = json!({"traceEvents": [
+            {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+            {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
+        ]});
+        assert!(check_trace(&bad).unwrap_err().contains("nest"));
+        let bad = json!({"traceEvents": [{"ph": "C", "name": "a", "pid": 1, "tid": 1, "ts": 1, "args": {"v": "x"}}]});
+        assert!(check_trace(&bad).unwrap_err().contains("numbers"));
+        assert!(check_trace(&json!([])).is_err());
+    }
+
+    #[test]
+    fn micros_keep_nanoseconds() {
+        assert_eq!(micros(1_234_567), "1234.567");
+        assert_eq!(micros(5), "0.005");
+    }
+}
