@@ -11,6 +11,8 @@
 //! - [`analysis`]: the per-loop, per-site judgement (leak, retained, graph and view
 //!   retention) as a state machine over events.
 //! - [`report`]: the [`Report`] value, its JSON shape and its text rendering.
+//! - [`memory_findings`]: untracked growth and shape churn, judged from memory samples
+//!   and birth sizes.
 //! - [`size`]: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`).
 //! - [`timeline`]: a streaming, downsampling aggregator of live memory over time.
 //! - [`html`]: the self-contained HTML report (timeline, findings, per-site detail).
@@ -24,6 +26,7 @@ pub mod analysis;
 pub mod diff;
 pub mod event;
 pub mod html;
+pub mod memory_findings;
 pub mod report;
 pub mod size;
 #[doc(hidden)]
@@ -34,5 +37,6 @@ pub mod trace;
 pub use analysis::{Analysis, Judgement};
 pub use diff::Diff;
 pub use event::{Event, ReadError, SiteKind};
+pub use memory_findings::{MemoryFindings, MemoryJudgement};
 pub use report::{Finding, FindingKind, Report};
 pub use timeline::{Timeline, TimelineBuilder};
