@@ -53,6 +53,8 @@ enum Format {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Judge a log: which tensors outlive their iteration, who holds them, how much.
+    ///
+    /// The same judgement as the report the program prints in-process.
     #[command(after_help = "Examples:\n  tensor-lifetime report run.jsonl\n  \
                             tensor-lifetime report run.jsonl --format json > report.json")]
     Report {
@@ -61,8 +63,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Write a self-contained HTML page: live bytes over time stacked by site, pool
-    /// used/reserved, the findings with holders and hints, and a detail per site.
+    /// Write a self-contained HTML report of a log.
+    ///
+    /// One file, no network: live bytes over time stacked by site, the pools' used and
+    /// reserved memory, the findings with holders and fix hints, and a detail per site.
     #[command(after_help = "Example:\n  tensor-lifetime html run.jsonl -o report.html")]
     Html {
         /// The event log (`-` for standard input).
@@ -78,8 +82,10 @@ enum Command {
               value_parser = clap::value_parser!(u32).range(16..=100_000))]
         max_points: u32,
     },
-    /// Write a Chrome Trace Event file (ui.perfetto.dev, chrome://tracing): counters for
-    /// live bytes and the pools, a slice per iteration, instants for findings.
+    /// Write a Chrome Trace Event file of a log, for ui.perfetto.dev.
+    ///
+    /// Opens in ui.perfetto.dev and chrome://tracing: counters for live bytes and the
+    /// pools, a slice per loop iteration, an instant per finding.
     #[command(
         after_help = "Example:\n  tensor-lifetime trace run.jsonl -o trace.json\n  \
                             then open trace.json in https://ui.perfetto.dev"
@@ -92,6 +98,9 @@ enum Command {
         output: PathBuf,
     },
     /// Compare two runs per site: survivors and bytes before and after.
+    ///
+    /// A site grew when the new run keeps more survivors or bytes there; with
+    /// `--fail-on-increase` that exits 1 (a CI guard).
     #[command(
         after_help = "Examples:\n  tensor-lifetime diff main.jsonl branch.jsonl\n  \
                             tensor-lifetime diff base-report.json new.jsonl --fail-on-increase\n\n\

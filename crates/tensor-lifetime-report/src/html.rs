@@ -273,7 +273,10 @@ impl Scale {
     }
 }
 
-fn pool_lines(timeline: &Timeline) -> Vec<(String, &'static str, Vec<(u64, u64)>)> {
+/// A line over time: its name, its SVG dash pattern and its (time, bytes) points.
+type Line = (String, &'static str, Vec<(u64, u64)>);
+
+fn pool_lines(timeline: &Timeline) -> Vec<Line> {
     let mut lines = Vec::new();
     for (device, samples) in &timeline.memory {
         let used: Vec<(u64, u64)> = samples
@@ -320,11 +323,11 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
         t1: timeline.t_max.max(timeline.t_min + 1),
         ymax,
     };
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<div class=\"chart\"><svg id=\"timeline\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
          aria-label=\"live bytes over time, stacked by site\" data-left=\"{LEFT}\" \
-         data-right=\"{}\">\n",
+         data-right=\"{}\">",
         W - RIGHT
     );
     // Grid and y axis.
@@ -362,9 +365,9 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
         );
         ms += tstep;
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<text class=\"title\" x=\"{:.1}\" y=\"{:.1}\">time since the first event</text></g>\n",
+        "<text class=\"title\" x=\"{:.1}\" y=\"{:.1}\">time since the first event</text></g>",
         LEFT + (W - LEFT - RIGHT) / 2.0,
         H - 6.0
     );
@@ -398,18 +401,17 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
             s.color,
             esc(&s.name)
         );
-        for j in 0..n {
-            base[j] += s.values[j];
+        for (b, v) in base.iter_mut().zip(&s.values) {
+            *b += v;
         }
     }
     if n > 0 && n <= 60 {
         // Few points: mark them, so single iteration ends are visible.
-        for j in 0..n {
+        for (x, b) in xs.iter().zip(&base) {
             let _ = write!(
                 out,
-                "<circle class=\"dot\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\"/>",
-                xs[j],
-                scale.y(base[j] as f64)
+                "<circle class=\"dot\" cx=\"{x:.1}\" cy=\"{:.1}\" r=\"3\"/>",
+                scale.y(*b as f64)
             );
         }
     }
@@ -557,13 +559,13 @@ fn findings_table(out: &mut String, findings: &[(Option<u32>, &Finding)]) {
                 .collect();
             holders.push(format!("the graph also holds {}", esc(&held.join(", "))));
         }
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<tr class=\"{class}\"><td data-v=\"{}\"><span class=\"badge {class}\">{tag}</span></td>\
              <td>{site}</td><td>{} (iteration {})</td>\
              <td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>\
              <td class=\"num\" data-v=\"{}\">{}</td><td class=\"num\" data-v=\"{}\">{}</td>\
-             <td>{}</td><td class=\"hint\">{}</td></tr>\n",
+             <td>{}</td><td class=\"hint\">{}</td></tr>",
             f.kind.severity_rank(),
             esc(&f.loop_name),
             f.iteration,

@@ -5,8 +5,9 @@
 //! - `M` metadata events naming the process and its threads;
 //! - `C` counter events: `live bytes` and `live tensors` at each iteration end, and per
 //!   device `pool used (DEV)`, `pool reserved (DEV)`, `device used (DEV)` from memory
-//!   samples (one counter per name, each with a single `bytes` series, so the tracks are
-//!   not stacked on each other);
+//!   samples (one counter per name, each with a single series, so the tracks are not
+//!   stacked on each other; a value equal to the counter's last one is left out, as a
+//!   counter holds its value until the next);
 //! - `X` complete events: one per loop iteration (`'epoch #3`) and one per loop run,
 //!   on the thread that ran the loop, so nested loops nest;
 //! - `i` instant events (global scope) for the report's findings, at the iteration end
@@ -57,6 +58,9 @@ pub struct TraceWriter<W: Write> {
     findings: Vec<PendingFinding>,
     t_last: u64,
     written: u64,
+    /// The last value written per counter: a counter is a step function, so a repeated
+    /// value adds nothing and is left out.
+    counters: HashMap<String, u64>,
 }
 
 fn micros(ns: u64) -> String {
@@ -88,6 +92,7 @@ impl<W: Write> TraceWriter<W> {
                 .collect(),
             t_last: 0,
             written: 0,
+            counters: HashMap::new(),
         })
     }
 
@@ -133,14 +138,18 @@ impl<W: Write> TraceWriter<W> {
         Ok(tid)
     }
 
-    fn counter(&mut self, name: &str, ts_ns: u64, value: u64) -> io::Result<()> {
+    fn counter(&mut self, name: &str, arg: &str, ts_ns: u64, value: u64) -> io::Result<()> {
+        if self.counters.get(name) == Some(&value) {
+            return Ok(());
+        }
+        self.counters.insert(name.to_string(), value);
         self.name_process()?;
         self.emit(
             "C",
             name,
             ts_ns,
             0,
-            &format!(",\"args\":{{\"bytes\":{value}}}"),
+            &format!(",\"args\":{{\"{arg}\":{value}}}"),
         )
     }
 
@@ -198,15 +207,8 @@ impl<W: Write> TraceWriter<W> {
                 sites,
             } => {
                 self.t_last = self.t_last.max(*t_ns);
-                self.counter("live bytes", *t_ns, *live_bytes)?;
-                self.name_process()?;
-                self.emit(
-                    "C",
-                    "live tensors",
-                    *t_ns,
-                    0,
-                    &format!(",\"args\":{{\"tensors\":{live_tensors}}}"),
-                )?;
+                self.counter("live bytes", "bytes", *t_ns, *live_bytes)?;
+                self.counter("live tensors", "tensors", *t_ns, *live_tensors)?;
                 let Some(f) = self.frames.get(frame) else {
                     return Ok(());
                 };
@@ -297,7 +299,7 @@ impl<W: Write> TraceWriter<W> {
                     ("device used", sample.device_used),
                 ] {
                     if let Some(v) = value {
-                        self.counter(&format!("{what} ({device})"), *t_ns, v)?;
+                        self.counter(&format!("{what} ({device})"), "bytes", *t_ns, v)?;
                     }
                 }
             }
@@ -474,20 +476,22 @@ pub fn check_trace(trace: &Value) -> Result<TraceStats, String> {
             other => return Err(at(&format!("phase {other:?} is not one this writer uses"))),
         }
     }
-    for ((pid, tid), mut v) in slices {
-        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
-        let mut stack: Vec<f64> = Vec::new();
+    // In whole nanoseconds, so that float sums do not break ties.
+    let ns = |us: f64| (us * 1000.0).round() as i64;
+    for ((pid, tid), v) in slices {
+        let mut v: Vec<(i64, i64)> = v.into_iter().map(|(ts, dur)| (ns(ts), ns(dur))).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut stack: Vec<i64> = Vec::new();
         for (ts, dur) in v {
             while stack.last().is_some_and(|end| *end <= ts) {
                 stack.pop();
             }
             let end = ts + dur;
             if let Some(outer) = stack.last() {
-                // Allow float noise of a nanosecond.
-                if end > outer + 1e-3 {
+                if end > *outer {
                     return Err(format!(
-                        "pid {pid} tid {tid}: the slice at {ts} us ends at {end}, after the \
-                         slice it starts in ({outer}): slices on a thread must nest"
+                        "pid {pid} tid {tid}: the slice at {ts} ns ends at {end} ns, after the \
+                         slice it starts in ({outer} ns): slices on a thread must nest"
                     ));
                 }
             }
@@ -529,9 +533,29 @@ mod tests {
         // 12 batch + 3 epoch iterations, 3 batch loops + 1 epoch loop.
         assert_eq!(stats.slices, 12 + 3 + 3 + 1);
         assert_eq!(stats.instants, report.findings.len() as u64);
-        // live bytes + live tensors per iteration end; 3 pool counters per batch.
-        assert_eq!(stats.counters, 2 * 15 + 3 * 12);
         assert_eq!(stats.metadata, 2);
+        // Every counter is there, and none repeats its last value.
+        let mut last: std::collections::BTreeMap<String, Value> = Default::default();
+        for e in t["traceEvents"].as_array().unwrap() {
+            if e["ph"] == "C" {
+                let name = e["name"].as_str().unwrap().to_string();
+                assert_ne!(last.get(&name), Some(&e["args"]), "{name} repeated");
+                last.insert(name, e["args"].clone());
+            }
+        }
+        let names: Vec<&str> = last.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "device used (cuda:0)",
+                "live bytes",
+                "live tensors",
+                "pool reserved (cuda:0)",
+                "pool used (cuda:0)"
+            ]
+        );
+        // The cache grows each batch: live bytes at each of the 12 batch ends.
+        assert!(stats.counters >= 2 * 12 + 12, "{}", stats.counters);
     }
 
     #[test]
