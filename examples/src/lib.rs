@@ -1,1 +1,17 @@
-//! Shared helpers of the examples.
+//! Runnable examples of tensor-lifetime, one leak pattern each plus clean loops.
+//!
+//! Each example is a module with a `run` function (the example binary under
+//! `examples/examples/` calls it), so the integration tests in `tests/` run exactly the
+//! code users run and read its report.
+//!
+//! - [`leaky_dataset`]: a dataset that caches every tensor it yields in a `Vec`.
+//! - [`loss_accumulation`]: a running loss summed without `detach`.
+//! - [`view_retention`]: keeps a one-row view of each large batch.
+//! - [`clean_training`]: an MLP with candle-nn, lazily created optimizer state, detached
+//!   metrics: no leak.
+
+pub mod clean_training;
+pub mod common;
+pub mod leaky_dataset;
+pub mod loss_accumulation;
+pub mod view_retention;

@@ -118,6 +118,8 @@ impl Series {
 
 #[derive(Debug, Clone)]
 struct Verdict {
+    judgement: Judgement,
+    session: u64,
     loop_site: u32,
     loop_name: String,
     depth: u32,
@@ -134,16 +136,11 @@ struct Frame {
     parent: Option<u64>,
     depth: u32,
     session: u64,
+    judgement: Judgement,
     iterations: u64,
     series: HashMap<u32, Series>,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct SiteCounters {
-    born: u64,
-    dropped: u64,
 }
 
 /// The analysis state. Feed it events with [`Analysis::apply`]; ask for a
@@ -154,15 +151,14 @@ pub struct Analysis {
     sites: HashMap<u32, SiteInfo>,
     frames: HashMap<u64, Frame>,
     loops: BTreeMap<u32, LoopSummary>,
-    /// Confirmed verdicts of ended frames, by (loop site, tensor site).
-    confirmed: BTreeMap<(u32, u32), Verdict>,
-    counters: HashMap<u32, SiteCounters>,
+    /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
+    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
+    /// Tensors born per site.
+    born: HashMap<u32, u64>,
     live_tensors: u64,
     live_bytes: u64,
     peak_live_bytes: u64,
     memory: BTreeMap<String, MemorySample>,
-    /// Restrict the report to frames of this session (0: all).
-    session: u64,
 }
 
 impl Analysis {
@@ -196,8 +192,15 @@ impl Analysis {
                 name,
                 parent,
                 session,
+                warmup,
+                window,
                 ..
             } => {
+                let judgement = Judgement {
+                    warmup: warmup.unwrap_or(self.judgement.warmup),
+                    k: window.unwrap_or(self.judgement.k),
+                    ..self.judgement
+                };
                 let depth = parent
                     .and_then(|p| self.frames.get(&p))
                     .map_or(0, |p| p.depth + 1);
@@ -209,6 +212,7 @@ impl Analysis {
                         parent: *parent,
                         depth,
                         session: *session,
+                        judgement,
                         iterations: 0,
                         series: HashMap::new(),
                         pending: Vec::new(),
@@ -224,15 +228,8 @@ impl Analysis {
                 summary.runs += 1;
                 summary.running += 1;
             }
-            Event::Born { site, bytes, .. } => {
-                self.counters.entry(*site).or_default().born += 1;
-                self.live_tensors += 1;
-                self.live_bytes += bytes;
-                self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
-            }
-            Event::Dropped { .. } => {
-                self.live_tensors = self.live_tensors.saturating_sub(1);
-            }
+            Event::Born { site, bytes, .. } => self.note_born(*site, *bytes),
+            Event::Dropped { .. } => self.note_dropped(),
             Event::IterationEnd {
                 frame,
                 iteration,
@@ -259,10 +256,10 @@ impl Analysis {
         self.live_tensors = live_tensors;
         self.live_bytes = live_bytes;
         self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
-        let j = self.judgement;
         let Some(frame) = self.frames.get_mut(&frame_id) else {
             return;
         };
+        let j = frame.judgement;
         frame.iterations = frame.iterations.max(iteration + 1);
         let by_site: HashMap<u32, &SiteSweep> = sites.iter().map(|s| (s.site, s)).collect();
         for s in sites {
@@ -279,7 +276,8 @@ impl Analysis {
         for (site, mut verdict) in std::mem::take(&mut frame.pending) {
             if by_site.get(&site).is_some_and(|s| s.survivors > 0) {
                 verdict.running = false;
-                self.confirmed.insert((verdict.loop_site, site), verdict);
+                self.confirmed
+                    .insert((verdict.session, verdict.loop_site, site), verdict);
             }
         }
         if let Some(summary) = self.loops.get_mut(&frame.site) {
@@ -294,13 +292,15 @@ impl Analysis {
         if let Some(summary) = self.loops.get_mut(&frame.site) {
             summary.running = summary.running.saturating_sub(1);
         }
-        let j = self.judgement;
+        let j = frame.judgement;
         let last_iteration = frame.iterations.saturating_sub(1);
         let parent = frame.parent.and_then(|p| self.frames.get_mut(&p));
         let mut parent = parent;
         for (site, series) in frame.series {
             let growing = series.growing(last_iteration, &j);
             let verdict = Verdict {
+                judgement: j,
+                session: frame.session,
                 loop_site: frame.site,
                 loop_name: frame.name.clone(),
                 depth: frame.depth,
@@ -309,42 +309,53 @@ impl Analysis {
                 growing,
                 series,
             };
+            let key = (frame.session, frame.site, site);
             if classify(&verdict, &j).is_none() {
-                self.confirmed.remove(&(frame.site, site));
+                self.confirmed.remove(&key);
                 continue;
             }
             match parent.as_deref_mut() {
                 Some(p) if growing => p.pending.push((site, verdict)),
                 _ => {
-                    self.confirmed.insert((frame.site, site), verdict);
+                    self.confirmed.insert(key, verdict);
                 }
             }
         }
     }
 
-    /// Only frames of this session count in reports (0, the default: all sessions).
-    pub fn restrict_to_session(&mut self, session: u64) {
-        self.session = session;
+    /// Counts a tensor born at `site` (what [`Event::Born`] does, without the event).
+    pub fn note_born(&mut self, site: u32, bytes: u64) {
+        *self.born.entry(site).or_default() += 1;
+        self.live_tensors += 1;
+        self.live_bytes += bytes;
+        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
-    fn frame_verdicts(&self) -> Vec<(u32, Verdict)> {
-        let j = self.judgement;
+    /// Counts a tensor found dropped (what [`Event::Dropped`] does).
+    pub fn note_dropped(&mut self) {
+        self.live_tensors = self.live_tensors.saturating_sub(1);
+    }
+
+    fn frame_verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
         let mut out = Vec::new();
         for frame in self.frames.values() {
-            if self.session != 0 && frame.session != self.session {
+            if session.is_some_and(|s| frame.session != s) {
                 continue;
             }
             let iteration = frame.iterations.saturating_sub(1);
+            let j = frame.judgement;
             for (site, series) in &frame.series {
                 out.push((
                     *site,
                     Verdict {
+                        session: frame.session,
                         loop_site: frame.site,
                         loop_name: frame.name.clone(),
                         depth: frame.depth,
                         iteration,
                         running: true,
                         growing: series.growing(iteration, &j),
+                        judgement: j,
                         series: series.clone(),
                     },
                 ));
@@ -360,15 +371,21 @@ impl Analysis {
 
     /// The report as of the events applied so far.
     pub fn report(&self) -> Report {
-        let j = self.judgement;
-        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts();
-        for ((_, site), verdict) in &self.confirmed {
-            candidates.push((*site, verdict.clone()));
+        self.report_for(None)
+    }
+
+    /// The report of the loops of one session (a leak test), or of all.
+    pub fn report_for(&self, session: Option<u64>) -> Report {
+        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
+        for ((s, _, site), verdict) in &self.confirmed {
+            if session.is_none_or(|want| want == *s) {
+                candidates.push((*site, verdict.clone()));
+            }
         }
         // One finding per site: the most serious kind, then the outermost loop.
         let mut best: BTreeMap<u32, (FindingKind, Verdict)> = BTreeMap::new();
         for (site, verdict) in candidates {
-            let Some(kind) = classify(&verdict, &j) else {
+            let Some(kind) = classify(&verdict, &verdict.judgement) else {
                 continue;
             };
             let better = match best.get(&site) {
@@ -428,8 +445,16 @@ impl Analysis {
             })
             .collect();
         findings.sort_by(|a, b| {
-            (!a.is_leak(), a.kind.severity_rank(), std::cmp::Reverse(a.bytes))
-                .cmp(&(!b.is_leak(), b.kind.severity_rank(), std::cmp::Reverse(b.bytes)))
+            (
+                !a.is_leak(),
+                a.kind.severity_rank(),
+                std::cmp::Reverse(a.bytes),
+            )
+                .cmp(&(
+                    !b.is_leak(),
+                    b.kind.severity_rank(),
+                    std::cmp::Reverse(b.bytes),
+                ))
                 .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
         });
         let loops = self
@@ -446,7 +471,7 @@ impl Analysis {
             live_tensors: self.live_tensors,
             live_bytes: self.live_bytes,
             peak_live_bytes: self.peak_live_bytes,
-            sites_seen: self.counters.len() as u64,
+            sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
         }
     }
@@ -577,6 +602,8 @@ mod tests {
             parent_iteration: parent.map(|_| 0),
             thread: 1,
             session: 0,
+            warmup: None,
+            window: None,
         }
     }
 
@@ -652,7 +679,10 @@ mod tests {
         let a = run(&[1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5, 5]);
         assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
         // While it fills it cannot be told from a leak.
-        assert_eq!(kinds(&run(&[1, 2, 3, 4, 5])), vec![(FindingKind::Leak, true)]);
+        assert_eq!(
+            kinds(&run(&[1, 2, 3, 4, 5])),
+            vec![(FindingKind::Leak, true)]
+        );
     }
 
     #[test]
@@ -698,7 +728,11 @@ mod tests {
             for b in 0..8 {
                 a.apply(&end(inner, b, vec![sweep(1, b + 1, 0, b)]));
             }
-            assert_eq!(kinds(&a), vec![(FindingKind::Leak, true)], "growing mid-epoch");
+            assert_eq!(
+                kinds(&a),
+                vec![(FindingKind::Leak, true)],
+                "growing mid-epoch"
+            );
             a.apply(&Event::LoopEnd {
                 t_ns: 0,
                 frame: inner,

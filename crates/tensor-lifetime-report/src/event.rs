@@ -54,7 +54,7 @@ impl SiteInfo {
 }
 
 /// Who keeps a survivor alive, as far as the tracker can tell.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum HolderSpec {
     /// The survivor went through this store site (`self.cache.push(t)`).
@@ -158,6 +158,11 @@ pub enum Event {
         thread: u64,
         #[serde(default, skip_serializing_if = "is_zero")]
         session: u64,
+        /// Judgement overrides for this frame (leak-test options).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        warmup: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
     /// A tensor was tagged for the first time (its creation site).
     Born {
@@ -232,11 +237,20 @@ impl Event {
 pub enum ReadError {
     Io(io::Error),
     /// The first line is not a tensor-lifetime header.
-    NotALog { line: u64, found: String },
+    NotALog {
+        line: u64,
+        found: String,
+    },
     /// The header names a format version this reader does not know.
-    WrongVersion { line: u64, found: u32 },
+    WrongVersion {
+        line: u64,
+        found: u32,
+    },
     /// A complete line that is not a valid event.
-    Corrupt { line: u64, message: String },
+    Corrupt {
+        line: u64,
+        message: String,
+    },
 }
 
 impl fmt::Display for ReadError {
@@ -499,7 +513,10 @@ mod tests {
         bytes.extend_from_slice(b"{\"event\":\"bogus\"}\n");
         let err = read_events(&bytes[..], |_| {}).unwrap_err();
         assert!(matches!(err, ReadError::Corrupt { line: 4, .. }), "{err}");
-        assert!(err.to_string().starts_with("line 4: corrupt event"), "{err}");
+        assert!(
+            err.to_string().starts_with("line 4: corrupt event"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -510,6 +527,9 @@ mod tests {
         assert!(err.to_string().contains("empty file"), "{err}");
         let v2 = b"{\"event\":\"header\",\"format\":\"tensor-lifetime-events\",\"version\":2,\"pid\":1,\"started_unix_ms\":0,\"tool_version\":\"9\"}\n";
         let err = read_events(&v2[..], |_| {}).unwrap_err();
-        assert!(matches!(err, ReadError::WrongVersion { found: 2, .. }), "{err}");
+        assert!(
+            matches!(err, ReadError::WrongVersion { found: 2, .. }),
+            "{err}"
+        );
     }
 }

@@ -1,1 +1,192 @@
-//! tensor-lifetime
+//! tensor-lifetime: a tensor lifetime analyzer for [candle](https://github.com/huggingface/candle).
+//!
+//! It tags every tensor that annotated code creates with its creation site, follows its
+//! refcount and its drop, and tells you, at the end of each epoch and in your tests,
+//! which tensors outlive the training iteration that made them, who holds them and how
+//! much memory that costs.
+//!
+//! ```
+//! # fn main() -> candle_core::Result<()> {
+//! use candle_core::{DType, Device, Tensor};
+//!
+//! let mut cache = Vec::new();
+//! let steps = tensor_lifetime::loop_scope!("'steps");
+//! for _ in 0..6 {
+//!     let _it = steps.iteration();
+//!     let x = Tensor::ones((64, 64), DType::F32, &Device::Cpu)?;
+//!     tensor_lifetime::tag!(x);
+//!     tensor_lifetime::store!(x, "cache");
+//!     cache.push(x); // kept across iterations: a leak
+//! }
+//! drop(steps);
+//! let report = tensor_lifetime::report();
+//! assert!(report.has_leaks());
+//! assert_eq!(report.findings[0].site.label, "x");
+//! # Ok(()) }
+//! ```
+//!
+//! With the `macros` feature (default), `#[tensor_lifetime::track]` inserts these probes
+//! into a function for you and `#[tensor_lifetime::leak_test]` fails a test that leaks.
+//!
+//! # Environment
+//!
+//! | variable | values | effect |
+//! |---|---|---|
+//! | `TENSOR_LIFETIME` | `on` (default), `off` | `off` disables tracking at run time |
+//! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic reports at the end of each epoch with findings and of the outermost loop |
+//! | `TENSOR_LIFETIME_JSON` | path | the latest report as JSON, rewritten at each report |
+//! | `TENSOR_LIFETIME_LOG` | path | the JSON-lines event log (`docs/event-log.md`), flushed at each iteration end |
+//!
+//! # Features
+//!
+//! - `macros` (default): `#[track]` and `#[leak_test]`.
+//! - `tracking` (default): the runtime. Without it every probe is a no-op and `#[track]`
+//!   expands to the item unchanged.
+//! - `cuda`: candle's CUDA backend and GPU memory statistics.
+//!
+//! # Modules
+//!
+//! - [`site`]: static source locations ([`Site`], [`site!`]).
+//! - `weak` (private): weak handles to candle tensors, the one audited `unsafe`.
+//! - `tracker` (private): the registry, loop frames and sweeps.
+//! - [`scope`]: loop scopes and iterations as RAII guards.
+//! - [`probe`]: tagging values of any type.
+//! - [`leak_test`]: sessions, [`assert_no_leaks`], [`check_leaks`].
+//! - [`memory`]: memory statistics per device ([`memory_stats`], [`memory_summary`],
+//!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
+
+mod config;
+mod error;
+pub mod leak_test;
+pub mod memory;
+pub mod probe;
+pub mod scope;
+pub mod site;
+mod tracker;
+mod weak;
+
+pub use error::{Error, Result};
+pub use memory::{
+    empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
+    memory_stats, memory_summary, reset_peak, set_memory_monitor, set_release_threshold,
+    MemoryStats,
+};
+pub use leak_test::{assert_no_leaks, check_leaks, LeakTestOptions, LeakTestOutcome};
+pub use scope::{Iteration, LoopScope};
+pub use site::{Site, SiteKind};
+pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};
+pub use tracker::LiveTensor;
+
+#[cfg(feature = "macros")]
+pub use tensor_lifetime_macros::{leak_test, track};
+
+/// Starts the tracker now; returns why it cannot run, if it cannot.
+///
+/// Probes start it lazily, so calling this is optional: it lets a program fail early
+/// (or log) when tracking is unavailable.
+pub fn init() -> Result<()> {
+    if tracker::active().is_some() {
+        return Ok(());
+    }
+    Err(match tracker::failure() {
+        Some(why) => Error::TrackerUnavailable(why),
+        None => Error::TrackingDisabled,
+    })
+}
+
+/// Whether tensors are being tracked.
+pub fn enabled() -> bool {
+    tracker::active().is_some()
+}
+
+/// The report now: findings of every loop, live tensors and bytes.
+///
+/// An empty report when tracking is off.
+pub fn report() -> Report {
+    match tracker::active() {
+        Some(t) => t.report(None),
+        None => tensor_lifetime_report::Analysis::default().report(),
+    }
+}
+
+/// The tracked tensors alive now, oldest first.
+pub fn snapshot() -> Vec<LiveTensor> {
+    tracker::active().map_or_else(Vec::new, |t| t.live(None))
+}
+
+/// Per creation site: tensors born and dropped so far.
+pub fn site_totals() -> Vec<(&'static Site, u64, u64)> {
+    tracker::active().map_or_else(Vec::new, |t| {
+        t.site_totals()
+            .into_iter()
+            .map(|(s, c)| (s, c.born, c.dropped))
+            .collect()
+    })
+}
+
+/// Tags the tensors in a value with the site where this is written.
+///
+/// `tag!(x)` labels the site `x`; `tag!(expr, "label")` gives the label.
+#[macro_export]
+macro_rules! tag {
+    ($value:ident) => {
+        $crate::probe::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, ::core::stringify!($value)))
+    };
+    ($value:expr, $label:expr) => {
+        $crate::probe::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, $label))
+    };
+}
+
+/// Records that the tensors in a value are stored into a container named by the label
+/// (`store!(t, "self.cache")`): the store becomes the holder shown in reports.
+#[macro_export]
+macro_rules! store {
+    ($value:expr, $receiver:expr) => {
+        $crate::probe::store(&$value, $crate::site!(store $receiver))
+    };
+}
+
+/// Opens a [`LoopScope`] here, named by the label (`loop_scope!("'epoch")`).
+#[macro_export]
+macro_rules! loop_scope {
+    ($label:expr) => {
+        $crate::LoopScope::enter($crate::site!(loop $label))
+    };
+    () => {
+        $crate::LoopScope::enter($crate::site!(loop ""))
+    };
+}
+
+/// What `#[track]` and `#[leak_test]` expand to. Not public API: no stability promise.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::leak_test::{run_leak_test, LeakTestOptions};
+    pub use crate::probe::{store, tag};
+    pub use crate::scope::{Iteration, LoopScope};
+    pub use crate::site::{Site, SiteKind};
+
+    /// Opens a loop scope at `site`.
+    #[inline]
+    pub fn enter_loop(site: &'static Site) -> LoopScope {
+        LoopScope::enter(site)
+    }
+
+    /// `place = tagged(value, SITE)`: tags `value` on its way into an assigned place and
+    /// returns it. Taking and returning the value keeps the assignment's evaluation order
+    /// and temporaries (the place is not named twice); `T` is inferred from `value`, so no
+    /// inference constraint is added.
+    #[inline]
+    pub fn tagged<T>(value: T, site: &'static Site) -> T {
+        tag(&value, site);
+        value
+    }
+
+    /// `recv.push(stored(value, SITE))`, `self.field = stored(value, SITE)`: records the
+    /// store and returns the value, so the call keeps its argument's evaluation order,
+    /// temporaries and two-phase borrows.
+    #[inline]
+    pub fn stored<T>(value: T, site: &'static Site) -> T {
+        store(&value, site);
+        value
+    }
+}

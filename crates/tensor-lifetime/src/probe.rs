@@ -1,0 +1,132 @@
+//! Tagging values of any type.
+//!
+//! `#[track]` tags every binding without knowing its type. Autoref specialization would
+//! constrain type inference at bindings whose type is only known later
+//! (`let ids = iter.collect();`), so the probes are plain generic functions with no bound
+//! but `?Sized`: they add no constraint. Inside, the value's type is compared with the
+//! known tensor-holding types through [`typeid::of`], which works for non-`'static` types;
+//! a value of any other type costs a few comparisons and is left alone.
+
+use crate::site::Site;
+use crate::tracker;
+use candle_core::{Error, Tensor, Var};
+use std::any::TypeId;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Tags the tensors in `value` with their creation site (first sighting) or an alias.
+#[inline]
+pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
+    if let Some(t) = tracker::active() {
+        visit(value, &mut |x| t.probe(x, site, false));
+    }
+}
+
+/// Records that the tensors in `value` are being stored at `site` (a container).
+#[inline]
+pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
+    if let Some(t) = tracker::active() {
+        visit(value, &mut |x| t.probe(x, site, true));
+    }
+}
+
+/// Compares `T` with each supported type; on a match, calls `f` on each tensor in it.
+#[inline]
+fn visit<T: ?Sized>(value: &T, f: &mut dyn FnMut(&Tensor)) {
+    let ptr = value as *const T as *const ();
+    let id = typeid::of::<T>();
+    macro_rules! cases {
+        ($($ty:ty => |$v:ident| $body:expr;)*) => {
+            $(
+                if id == TypeId::of::<$ty>() {
+                    // SAFETY: `T` and `$ty` have the same `TypeId`, so they are the same
+                    // (sized) type and `ptr` points at a valid `$ty` borrowed for this call.
+                    let $v: &$ty = unsafe { &*(ptr as *const $ty) };
+                    $body;
+                    return;
+                }
+            )*
+        };
+    }
+    cases! {
+        Tensor => |v| f(v);
+        &Tensor => |v| f(v);
+        Var => |v| f(v.as_tensor());
+        &Var => |v| f(v.as_tensor());
+        Option<Tensor> => |v| if let Some(t) = v { f(t) };
+        Result<Tensor, Error> => |v| if let Ok(t) = v { f(t) };
+        Vec<Tensor> => |v| v.iter().for_each(|t| f(t));
+        Vec<Var> => |v| v.iter().for_each(|t| f(t.as_tensor()));
+        Vec<Option<Tensor>> => |v| v.iter().flatten().for_each(|t| f(t));
+        Vec<(Tensor, Tensor)> => |v| v.iter().for_each(|(a, b)| { f(a); f(b) });
+        Vec<Vec<Tensor>> => |v| v.iter().flatten().for_each(|t| f(t));
+        VecDeque<Tensor> => |v| v.iter().for_each(|t| f(t));
+        Option<Vec<Tensor>> => |v| v.iter().flatten().for_each(|t| f(t));
+        Option<(Tensor, Tensor)> => |v| if let Some((a, b)) = v { f(a); f(b) };
+        Option<Var> => |v| if let Some(t) = v { f(t.as_tensor()) };
+        Result<Vec<Tensor>, Error> => |v| if let Ok(ts) = v { ts.iter().for_each(|t| f(t)) };
+        Result<(Tensor, Tensor), Error> => |v| if let Ok((a, b)) = v { f(a); f(b) };
+        (Tensor, Tensor) => |v| { f(&v.0); f(&v.1) };
+        (Tensor, Tensor, Tensor) => |v| { f(&v.0); f(&v.1); f(&v.2) };
+        (Tensor, f32) => |v| f(&v.0);
+        (Tensor, f64) => |v| f(&v.0);
+        (Tensor, usize) => |v| f(&v.0);
+        (usize, Tensor) => |v| f(&v.1);
+        (Tensor, Vec<Tensor>) => |v| { f(&v.0); v.1.iter().for_each(|t| f(t)) };
+        [Tensor; 1] => |v| v.iter().for_each(|t| f(t));
+        [Tensor; 2] => |v| v.iter().for_each(|t| f(t));
+        [Tensor; 3] => |v| v.iter().for_each(|t| f(t));
+        [Tensor; 4] => |v| v.iter().for_each(|t| f(t));
+        Box<Tensor> => |v| f(v);
+        Arc<Tensor> => |v| f(v);
+        Rc<Tensor> => |v| f(v);
+        HashMap<String, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<&'static str, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<usize, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<u32, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<u64, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<i64, Tensor> => |v| v.values().for_each(|t| f(t));
+        HashMap<String, Var> => |v| v.values().for_each(|t| f(t.as_tensor()));
+        BTreeMap<String, Tensor> => |v| v.values().for_each(|t| f(t));
+        BTreeMap<usize, Tensor> => |v| v.values().for_each(|t| f(t));
+        BTreeMap<u64, Tensor> => |v| v.values().for_each(|t| f(t));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    fn seen<T>(value: &T) -> usize {
+        let mut n = 0;
+        visit(value, &mut |_| n += 1);
+        n
+    }
+
+    #[test]
+    fn finds_tensors_in_supported_types() {
+        let t = Tensor::zeros(2, DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(seen(&t), 1);
+        assert_eq!(seen(&&t), 1);
+        assert_eq!(seen(&Some(t.clone())), 1);
+        assert_eq!(seen(&None::<Tensor>), 0);
+        assert_eq!(seen(&vec![t.clone(), t.clone()]), 2);
+        assert_eq!(seen(&(t.clone(), t.clone())), 2);
+        assert_eq!(seen(&candle_core::Result::Ok(t.clone())), 1);
+        let mut m = HashMap::new();
+        m.insert("a".to_string(), t.clone());
+        assert_eq!(seen(&m), 1);
+        assert_eq!(seen(&Var::from_tensor(&t).unwrap()), 1);
+    }
+
+    #[test]
+    fn ignores_other_types() {
+        assert_eq!(seen(&1.0f32), 0);
+        assert_eq!(seen(&"text"), 0);
+        assert_eq!(seen(&vec![1u32, 2]), 0);
+        let borrowed: Vec<&str> = vec!["x"];
+        assert_eq!(seen(&borrowed), 0);
+    }
+}

@@ -1,0 +1,116 @@
+//! Sites: static source locations with a label and a kind.
+//!
+//! The macro emits one `static Site` per instrumented place, so tagging a tensor costs no
+//! allocation: a record refers to its site by a small id assigned the first time the
+//! site is seen.
+
+pub use tensor_lifetime_report::event::SiteKind;
+use tensor_lifetime_report::event::SiteInfo;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A static source location plus a label and a kind.
+///
+/// Made by `#[track]` or by [`site!`](crate::site!); compared by address.
+#[derive(Debug)]
+pub struct Site {
+    pub file: &'static str,
+    pub line: u32,
+    pub column: u32,
+    /// `module_path!()` of the code.
+    pub module: &'static str,
+    /// The enclosing function's name (empty when unknown).
+    pub function: &'static str,
+    /// Variable name, assigned place, store receiver or loop label.
+    pub label: &'static str,
+    pub kind: SiteKind,
+    id: AtomicU32,
+}
+
+impl Site {
+    /// A site; `const` so that it can live in a `static`.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        file: &'static str,
+        line: u32,
+        column: u32,
+        module: &'static str,
+        function: &'static str,
+        label: &'static str,
+        kind: SiteKind,
+    ) -> Site {
+        Site {
+            file,
+            line,
+            column,
+            module,
+            function,
+            label,
+            kind,
+            id: AtomicU32::new(0),
+        }
+    }
+
+    /// The id assigned by the tracker, 0 before the first use.
+    #[inline]
+    pub(crate) fn id(&self) -> u32 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_id(&self, id: u32) {
+        self.id.store(id, Ordering::Relaxed);
+    }
+
+    /// `file:line`.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+
+    pub(crate) fn info(&self) -> SiteInfo {
+        let function = if self.function.is_empty() {
+            self.module.to_string()
+        } else {
+            format!("{}::{}", self.module, self.function)
+        };
+        SiteInfo {
+            file: self.file.to_string(),
+            line: self.line,
+            column: self.column,
+            function,
+            label: self.label.to_string(),
+            kind: self.kind,
+        }
+    }
+}
+
+/// A `&'static Site` for the place where it is written.
+///
+/// ```
+/// let site = tensor_lifetime::site!("batch");
+/// assert_eq!(site.label, "batch");
+/// let store = tensor_lifetime::site!(store "self.cache");
+/// assert_eq!(store.kind, tensor_lifetime::SiteKind::Store);
+/// ```
+#[macro_export]
+macro_rules! site {
+    ($label:expr) => {
+        $crate::site!(@kind $crate::SiteKind::Explicit, $label)
+    };
+    (store $label:expr) => {
+        $crate::site!(@kind $crate::SiteKind::Store, $label)
+    };
+    (loop $label:expr) => {
+        $crate::site!(@kind $crate::SiteKind::Loop, $label)
+    };
+    (@kind $kind:expr, $label:expr) => {{
+        static __TL_SITE: $crate::Site = $crate::Site::new(
+            ::core::file!(),
+            ::core::line!(),
+            ::core::column!(),
+            ::core::module_path!(),
+            "",
+            $label,
+            $kind,
+        );
+        &__TL_SITE
+    }};
+}

@@ -1,0 +1,1035 @@
+//! The runtime tracker: a registry of tracked tensors, loop frames and their sweeps.
+//!
+//! # Phases
+//!
+//! The tracker is a process-wide singleton that moves through [`Phase`]s once:
+//! `Uninit` → (first probe) → `On` when the environment allows tracking and the
+//! weak-handle self-test passes, `Off` when `TENSOR_LIFETIME=off`, `Failed` when the
+//! self-test fails (the error is printed once and kept for [`crate::init`]).
+//!
+//! # Hot path
+//!
+//! A probe (tag or store) never takes the global lock: it appends a [`Pending`] entry
+//! to a buffer owned by its thread (a mutex nobody else touches except a sweep). Every
+//! sweep drains all buffers into the registry, in order, so the first tag of a tensor
+//! fixes its creation site and later tags only add aliases.
+//!
+//! # Sweeps
+//!
+//! At each iteration end the sweep drains the buffers, walks the live records once
+//! (dropping the dead ones into per-site counters, so memory stays bounded by live
+//! tensors plus sites), claims each storage for its oldest live record (bytes counted
+//! once per storage), and summarizes per site the survivors of the ending frame: counts,
+//! bytes, refcounts, holders (store sites, autograd graphs, views). The summary is an
+//! [`Event::IterationEnd`], fed to the [`Analysis`] and to the event log alike.
+
+use crate::config::{Config, ReportMode};
+use crate::site::Site;
+use crate::weak::{self, WeakTensor};
+use candle_core::{DeviceLocation, Storage, Tensor};
+use parking_lot::Mutex;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tensor_lifetime_report::event::{
+    Event, HolderCount, HolderSpec, MemorySample, SiteSweep,
+};
+use tensor_lifetime_report::{Analysis, Judgement, Report};
+
+/// The tracker's life cycle (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Phase {
+    Uninit = 0,
+    On = 1,
+    Off = 2,
+    Failed = 3,
+}
+
+static PHASE: AtomicU8 = AtomicU8::new(Phase::Uninit as u8);
+static TRACKER: OnceLock<Tracker> = OnceLock::new();
+static FAILURE: OnceLock<Option<String>> = OnceLock::new();
+
+/// The tracker, if tracking is on. Initializes it on first use.
+#[inline]
+pub(crate) fn active() -> Option<&'static Tracker> {
+    match PHASE.load(Ordering::Acquire) {
+        1 => TRACKER.get(),
+        0 => init_slow(),
+        _ => None,
+    }
+}
+
+#[cold]
+fn init_slow() -> Option<&'static Tracker> {
+    let tracker = TRACKER.get_or_init(|| {
+        let config = Config::from_env();
+        let failure = if config.enabled {
+            weak::self_test().err().map(|e| e.to_string())
+        } else {
+            None
+        };
+        let phase = match (&failure, config.enabled) {
+            (Some(why), _) => {
+                eprintln!("tensor-lifetime: tracking disabled: {why}");
+                Phase::Failed
+            }
+            (None, false) => Phase::Off,
+            (None, true) => Phase::On,
+        };
+        let _ = FAILURE.set(failure);
+        let tracker = Tracker::new(config);
+        PHASE.store(phase as u8, Ordering::Release);
+        tracker
+    });
+    (phase() == Phase::On).then_some(tracker)
+}
+
+pub(crate) fn phase() -> Phase {
+    match PHASE.load(Ordering::Acquire) {
+        0 => Phase::Uninit,
+        1 => Phase::On,
+        2 => Phase::Off,
+        _ => Phase::Failed,
+    }
+}
+
+/// Why the tracker refused to start, if it did.
+pub(crate) fn failure() -> Option<String> {
+    let _ = active();
+    FAILURE.get().cloned().flatten()
+}
+
+/// One probe's observation, buffered per thread until the next sweep.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    key: usize,
+    weak: WeakTensor,
+    site: &'static Site,
+    store: bool,
+    frame: u64,
+    iteration: u64,
+    session: u64,
+    thread: u64,
+    t_ns: u64,
+    storage: usize,
+    storage_bytes: u64,
+    view_bytes: u64,
+    device: u16,
+}
+
+type Buffer = Arc<Mutex<Vec<Pending>>>;
+
+struct Local {
+    buf: Buffer,
+    /// Open loop frames on this thread: (frame, current or next iteration).
+    stack: RefCell<Vec<(u64, u64)>>,
+    session: Cell<u64>,
+    thread: u64,
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static LOCAL: Local = {
+        let buf: Buffer = Arc::new(Mutex::new(Vec::with_capacity(256)));
+        if let Some(t) = TRACKER.get() {
+            t.buffers.lock().push(buf.clone());
+        }
+        Local {
+            buf,
+            stack: RefCell::new(Vec::new()),
+            session: Cell::new(0),
+            thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
+        }
+    };
+}
+
+/// One tracked tensor.
+#[derive(Debug)]
+struct Record {
+    weak: WeakTensor,
+    id: u64,
+    site: u32,
+    /// Latest store site (0: none).
+    store: u32,
+    frame: u64,
+    iteration: u64,
+    storage: usize,
+    storage_bytes: u64,
+    view_bytes: u64,
+    session: u64,
+    device: u16,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SiteTotals {
+    pub(crate) born: u64,
+    pub(crate) dropped: u64,
+}
+
+#[derive(Debug)]
+struct FrameState {
+    parent: Option<(u64, u64)>,
+    session: u64,
+    started: Instant,
+    iteration_started: Instant,
+    /// Signature of the findings printed last (outermost frames).
+    printed: Vec<(String, u32, &'static str, bool)>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct DeviceBytes {
+    live: u64,
+    peak: u64,
+}
+
+struct State {
+    sites: Vec<&'static Site>,
+    records: HashMap<usize, Record>,
+    next_record: u64,
+    frames: HashMap<u64, FrameState>,
+    totals: HashMap<u32, SiteTotals>,
+    devices: BTreeMap<u16, DeviceBytes>,
+    analysis: Analysis,
+    log: Option<BufWriter<File>>,
+    log_error: bool,
+}
+
+/// The process-wide tracker.
+pub(crate) struct Tracker {
+    config: Config,
+    start: Instant,
+    state: Mutex<State>,
+    buffers: Mutex<Vec<Buffer>>,
+    next_frame: AtomicU64,
+    next_session: AtomicU64,
+    /// The primary loop (first opened, still open): its frame, iteration and session;
+    /// tensors born on threads with no loop of their own belong to it.
+    primary_frame: AtomicU64,
+    primary_iteration: AtomicU64,
+    primary_session: AtomicU64,
+    /// Judgement overrides of leak-test sessions: (warm-up, window).
+    session_judgement: Mutex<HashMap<u64, (Option<u64>, Option<u64>)>>,
+}
+
+impl std::fmt::Debug for Tracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracker").finish_non_exhaustive()
+    }
+}
+
+fn device_code(loc: DeviceLocation) -> u16 {
+    match loc {
+        DeviceLocation::Cpu => 0,
+        DeviceLocation::Cuda { gpu_id } => 1 + gpu_id as u16,
+        DeviceLocation::Metal { gpu_id } => 1000 + gpu_id as u16,
+    }
+}
+
+pub(crate) fn device_name(code: u16) -> String {
+    match code {
+        0 => "cpu".to_string(),
+        1..=999 => format!("cuda:{}", code - 1),
+        _ => format!("metal:{}", code - 1000),
+    }
+}
+
+fn device_from_name(name: &str) -> Option<u16> {
+    if name == "cpu" {
+        return Some(0);
+    }
+    if let Some(n) = name.strip_prefix("cuda:") {
+        return n.parse::<u16>().ok().map(|n| n + 1);
+    }
+    name.strip_prefix("metal:")
+        .and_then(|n| n.parse::<u16>().ok())
+        .map(|n| n + 1000)
+}
+
+/// Bytes of the whole storage behind a tensor (not just its view).
+fn storage_bytes(storage: &Storage) -> Option<u64> {
+    use candle_core::CpuStorage as C;
+    let bytes = match storage {
+        Storage::Cpu(c) => match c {
+            C::U8(v) | C::F6E2M3(v) | C::F6E3M2(v) | C::F4(v) | C::F8E8M0(v) => v.len(),
+            C::U32(v) => v.len() * 4,
+            C::I16(v) => v.len() * 2,
+            C::I32(v) => v.len() * 4,
+            C::I64(v) => v.len() * 8,
+            C::BF16(v) => v.len() * 2,
+            C::F16(v) => v.len() * 2,
+            C::F32(v) => v.len() * 4,
+            C::F64(v) => v.len() * 8,
+            C::F8E4M3(v) => v.len(),
+        },
+        #[cfg(feature = "cuda")]
+        Storage::Cuda(c) => crate::memory::cuda_storage_bytes(c),
+        _ => return None,
+    };
+    Some(bytes as u64)
+}
+
+/// What a probe reads from a tensor: its storage identity and sizes, its device.
+#[inline]
+fn observe(t: &Tensor) -> (usize, u64, u64, u16) {
+    let view_bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+    let (guard, _) = t.storage_and_layout();
+    let storage = &*guard as *const Storage as usize;
+    let bytes = storage_bytes(&guard).unwrap_or(view_bytes);
+    drop(guard);
+    (storage, bytes, view_bytes, device_code(t.device().location()))
+}
+
+impl Tracker {
+    fn new(config: Config) -> Tracker {
+        let start = Instant::now();
+        let mut log = None;
+        if let Some(path) = config.log.as_ref().filter(|_| config.enabled) {
+            match File::create(path) {
+                Ok(file) => {
+                    let mut w = BufWriter::with_capacity(1 << 16, file);
+                    let started = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    let _ = Event::header(std::process::id(), started).write_line(&mut w);
+                    let _ = w.flush();
+                    log = Some(w);
+                }
+                Err(e) => eprintln!(
+                    "tensor-lifetime: cannot create the event log {} (TENSOR_LIFETIME_LOG): {e}",
+                    path.display()
+                ),
+            }
+        }
+        Tracker {
+            config,
+            start,
+            state: Mutex::new(State {
+                sites: Vec::new(),
+                records: HashMap::new(),
+                next_record: 1,
+                frames: HashMap::new(),
+                totals: HashMap::new(),
+                devices: BTreeMap::new(),
+                analysis: Analysis::new(Judgement::default()),
+                log,
+                log_error: false,
+            }),
+            buffers: Mutex::new(Vec::new()),
+            next_frame: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+            primary_frame: AtomicU64::new(0),
+            primary_iteration: AtomicU64::new(0),
+            primary_session: AtomicU64::new(0),
+            session_judgement: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Records a tensor seen at `site` (a binding, or a store when `store`).
+    #[inline]
+    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
+        let (storage, storage_bytes, view_bytes, device) = observe(t);
+        let t_ns = self.now_ns();
+        let _ = LOCAL.try_with(|local| {
+            let (frame, iteration, session) = match local.stack.borrow().last() {
+                Some(&(frame, iteration)) => (frame, iteration, local.session.get()),
+                None => {
+                    let frame = self.primary_frame.load(Ordering::Acquire);
+                    if frame == 0 {
+                        (0, 0, local.session.get())
+                    } else {
+                        let session = match local.session.get() {
+                            0 => self.primary_session.load(Ordering::Relaxed),
+                            s => s,
+                        };
+                        (frame, self.primary_iteration.load(Ordering::Relaxed), session)
+                    }
+                }
+            };
+            local.buf.lock().push(Pending {
+                key: weak::key(t),
+                weak: WeakTensor::new(t),
+                site,
+                store,
+                frame,
+                iteration,
+                session,
+                thread: local.thread,
+                t_ns,
+                storage,
+                storage_bytes,
+                view_bytes,
+                device,
+            });
+        });
+    }
+
+    pub(crate) fn new_session(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Warm-up and window overrides for the loops of a session.
+    pub(crate) fn set_session_judgement(
+        &self,
+        session: u64,
+        warmup: Option<u64>,
+        window: Option<u64>,
+    ) {
+        if warmup.is_some() || window.is_some() {
+            self.session_judgement
+                .lock()
+                .insert(session, (warmup, window));
+        }
+    }
+
+    /// Opens a loop frame on this thread.
+    pub(crate) fn open_loop(&'static self, site: &'static Site) -> u64 {
+        let frame = self.next_frame.fetch_add(1, Ordering::Relaxed);
+        let (parent, session, thread) = LOCAL
+            .try_with(|l| {
+                let mut stack = l.stack.borrow_mut();
+                let parent = stack.last().copied();
+                stack.push((frame, 0));
+                (parent, l.session.get(), l.thread)
+            })
+            .unwrap_or((None, 0, 0));
+        if parent.is_none()
+            && self
+                .primary_frame
+                .compare_exchange(0, frame, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.primary_iteration.store(0, Ordering::Relaxed);
+            self.primary_session.store(session, Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        let t_ns = self.now_ns();
+        let (warmup, window) = self
+            .session_judgement
+            .lock()
+            .get(&session)
+            .copied()
+            .unwrap_or((None, None));
+        let mut st = self.state.lock();
+        let site_id = st.site_id(site);
+        st.frames.insert(
+            frame,
+            FrameState {
+                parent,
+                session,
+                started: now,
+                iteration_started: now,
+                printed: Vec::new(),
+            },
+        );
+        let name = if site.label.is_empty() {
+            site.location()
+        } else {
+            site.label.to_string()
+        };
+        st.emit(Event::LoopStart {
+            t_ns,
+            frame,
+            site: site_id,
+            name,
+            parent: parent.map(|p| p.0),
+            parent_iteration: parent.map(|p| p.1),
+            thread,
+            session,
+            warmup,
+            window,
+        });
+        frame
+    }
+
+    /// Marks the start of iteration `iteration` of `frame` on this thread.
+    pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) {
+        let _ = LOCAL.try_with(|l| {
+            if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
+                top.1 = iteration;
+            }
+        });
+        if self.primary_frame.load(Ordering::Relaxed) == frame {
+            self.primary_iteration.store(iteration, Ordering::Relaxed);
+        }
+        if let Some(f) = self.state.lock().frames.get_mut(&frame) {
+            f.iteration_started = Instant::now();
+        }
+    }
+
+    /// Ends iteration `iteration` of `frame`: the sweep.
+    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64) {
+        let _ = LOCAL.try_with(|l| {
+            if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
+                top.1 = iteration + 1;
+            }
+        });
+        if self.primary_frame.load(Ordering::Relaxed) == frame {
+            self.primary_iteration.store(iteration + 1, Ordering::Relaxed);
+        }
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let sweep = st.sweep(Some(frame), t_ns, self.config.log.is_some());
+        let Some(fs) = st.frames.get(&frame) else {
+            return;
+        };
+        let duration_ns = fs.iteration_started.elapsed().as_nanos() as u64;
+        let outermost = fs.parent.is_none();
+        st.emit(Event::IterationEnd {
+            t_ns,
+            frame,
+            iteration,
+            duration_ns,
+            live_tensors: sweep.live_tensors,
+            live_bytes: sweep.live_bytes,
+            sites: sweep.sites,
+        });
+        st.flush_log();
+        if outermost {
+            self.auto_report(&mut st, frame, false);
+        }
+    }
+
+    /// Closes `frame` (every path out of the loop).
+    pub(crate) fn close_loop(&'static self, frame: u64, iterations: u64) {
+        let _ = LOCAL.try_with(|l| {
+            let mut stack = l.stack.borrow_mut();
+            if let Some(pos) = stack.iter().rposition(|f| f.0 == frame) {
+                stack.truncate(pos);
+            }
+        });
+        if self
+            .primary_frame
+            .compare_exchange(frame, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.primary_iteration.store(0, Ordering::Relaxed);
+            self.primary_session.store(0, Ordering::Relaxed);
+        }
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let parent = st.frames.get(&frame).and_then(|f| f.parent);
+        // Survivors of a nested loop now belong to the enclosing iteration.
+        let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
+        for r in st.records.values_mut() {
+            if r.frame == frame {
+                r.frame = new_frame;
+                r.iteration = new_iteration;
+            }
+        }
+        let t_ns = self.now_ns();
+        st.emit(Event::LoopEnd {
+            t_ns,
+            frame,
+            iterations,
+        });
+        st.flush_log();
+        if parent.is_none() {
+            self.auto_report(&mut st, frame, true);
+        }
+        st.frames.remove(&frame);
+    }
+
+    /// Prints / writes the report at the end of an outermost iteration (when the findings
+    /// changed) and at the end of an outermost loop.
+    fn auto_report(&self, st: &mut State, frame: u64, loop_end: bool) {
+        let report = st.analysis.report();
+        let signature: Vec<(String, u32, &'static str, bool)> = report
+            .findings
+            .iter()
+            .map(|f| (f.site.file.clone(), f.site.line, f.kind.as_str(), f.is_leak()))
+            .collect();
+        let Some(fs) = st.frames.get_mut(&frame) else {
+            return;
+        };
+        let changed = fs.printed != signature;
+        if !(changed || loop_end) {
+            return;
+        }
+        fs.printed = signature;
+        let started = fs.started;
+        if changed {
+            for f in report.leaks() {
+                tracing::warn!(
+                    target: "tensor_lifetime",
+                    kind = f.kind.as_str(),
+                    file = %f.site.file,
+                    line = f.site.line,
+                    label = %f.site.label,
+                    survivors = f.survivors,
+                    bytes = f.bytes,
+                    bytes_per_iteration = f.bytes_per_iteration,
+                    "tensor leak: `{}` at {}:{}",
+                    f.site.label,
+                    f.site.file,
+                    f.site.line
+                );
+            }
+        }
+        if let Some(path) = &self.config.json {
+            if let Err(e) = std::fs::write(path, report.to_json()) {
+                eprintln!(
+                    "tensor-lifetime: cannot write {} (TENSOR_LIFETIME_JSON): {e}",
+                    path.display()
+                );
+            }
+        }
+        if self.config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end)
+        {
+            let when = if loop_end {
+                format!("loop ended after {:.2?}", started.elapsed())
+            } else {
+                "iteration ended".to_string()
+            };
+            eprint!("{when}: {report}");
+        }
+    }
+
+    /// Moves every thread's buffered probes into the registry.
+    fn drain(&self, st: &mut State) {
+        let mut taken = Vec::new();
+        {
+            let mut buffers = self.buffers.lock();
+            // Buffers of threads that exited and have nothing left can go.
+            buffers.retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
+            for b in buffers.iter() {
+                let mut guard = b.lock();
+                if !guard.is_empty() {
+                    taken.push(std::mem::take(&mut *guard));
+                }
+            }
+        }
+        let log = st.log.is_some();
+        for batch in taken {
+            for p in batch {
+                st.merge(p, log);
+            }
+        }
+    }
+
+    /// The report as of now (drains pending probes first).
+    pub(crate) fn report(&self, session: Option<u64>) -> Report {
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let log = st.log.is_some();
+        let sweep = st.sweep(None, t_ns, log);
+        st.flush_log();
+        let mut report = st.analysis.report_for(session);
+        report.live_tensors = sweep.live_tensors;
+        report.live_bytes = sweep.live_bytes;
+        report
+    }
+
+    /// Live tracked tensors now, optionally only those born in `session`.
+    pub(crate) fn live(&self, session: Option<u64>) -> Vec<LiveTensor> {
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let log = st.log.is_some();
+        st.sweep(None, t_ns, log);
+        let st = &*st;
+        let mut out: Vec<LiveTensor> = st
+            .records
+            .values()
+            .filter(|r| session.is_none_or(|s| r.session == s))
+            .map(|r| {
+                let site = st.sites[r.site as usize - 1];
+                let store = (r.store != 0).then(|| st.sites[r.store as usize - 1]);
+                LiveTensor {
+                    site,
+                    store,
+                    id: r.id,
+                    refcount: r.weak.strong_count(),
+                    storage_bytes: r.storage_bytes,
+                    view_bytes: r.view_bytes,
+                    device: device_name(r.device),
+                    in_loop: r.frame != 0,
+                }
+            })
+            .collect();
+        out.sort_by_key(|t| t.id);
+        out
+    }
+
+    /// Per-site totals of tensors born and dropped.
+    pub(crate) fn site_totals(&self) -> Vec<(&'static Site, SiteTotals)> {
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let log = st.log.is_some();
+        st.sweep(None, t_ns, log);
+        let mut v: Vec<_> = st
+            .totals
+            .iter()
+            .map(|(id, t)| (st.sites[*id as usize - 1], *t))
+            .collect();
+        v.sort_by_key(|(s, _)| (s.file, s.line, s.column));
+        v
+    }
+
+    /// Live and peak tracked bytes on a device (`"cpu"`, `"cuda:0"`).
+    pub(crate) fn tracked_bytes(&self, device: &str) -> (u64, u64) {
+        let Some(code) = device_from_name(device) else {
+            return (0, 0);
+        };
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let log = st.log.is_some();
+        st.sweep(None, t_ns, log);
+        st.devices
+            .get(&code)
+            .map_or((0, 0), |d| (d.live, d.peak))
+    }
+
+    /// Resets the peak of `device` to its current live bytes.
+    pub(crate) fn reset_tracked_peak(&self, device: &str) {
+        if let Some(code) = device_from_name(device) {
+            let mut st = self.state.lock();
+            if let Some(d) = st.devices.get_mut(&code) {
+                d.peak = d.live;
+            }
+        }
+    }
+
+    /// Records a memory sample (event log, analysis).
+    pub(crate) fn record_memory(&self, device: String, sample: MemorySample) {
+        let t_ns = self.now_ns();
+        let mut st = self.state.lock();
+        st.emit(Event::Memory {
+            t_ns,
+            device,
+            sample,
+        });
+    }
+}
+
+/// A live tracked tensor, as [`crate::snapshot`] lists it.
+#[derive(Debug, Clone)]
+pub struct LiveTensor {
+    /// Creation site.
+    pub site: &'static Site,
+    /// Latest store site it went through.
+    pub store: Option<&'static Site>,
+    /// Order of first sighting.
+    pub id: u64,
+    /// Strong references now.
+    pub refcount: usize,
+    /// Bytes of its whole storage and of its own view.
+    pub storage_bytes: u64,
+    pub view_bytes: u64,
+    /// `cpu`, `cuda:0`...
+    pub device: String,
+    /// Born inside a tracked loop.
+    pub in_loop: bool,
+}
+
+/// A storage's claim: (oldest live record id, storage bytes, device, that record's site).
+type Claim = (u64, u64, u16, u32);
+
+struct SweepResult {
+    live_tensors: u64,
+    live_bytes: u64,
+    sites: Vec<SiteSweep>,
+}
+
+#[derive(Default)]
+struct SiteAcc {
+    survivors: u64,
+    bytes: u64,
+    iterations: BTreeSet<u64>,
+    refcount: u64,
+    holders: BTreeMap<HolderSpec, u64>,
+    graph_tensors: u64,
+    graph_bytes: u64,
+    view_bytes: u64,
+    view_storage_bytes: u64,
+}
+
+impl State {
+    fn site_id(&mut self, site: &'static Site) -> u32 {
+        let id = site.id();
+        if id != 0 && self.sites.get(id as usize - 1).is_some_and(|s| std::ptr::eq(*s, site)) {
+            return id;
+        }
+        self.sites.push(site);
+        let id = self.sites.len() as u32;
+        site.set_id(id);
+        self.emit(Event::Site {
+            id,
+            info: site.info(),
+        });
+        id
+    }
+
+    fn emit(&mut self, event: Event) {
+        if let Some(w) = self.log.as_mut() {
+            if let Err(e) = event.write_line(w) {
+                if !self.log_error {
+                    eprintln!("tensor-lifetime: cannot write the event log: {e}");
+                    self.log_error = true;
+                }
+            }
+        }
+        self.analysis.apply(&event);
+    }
+
+    fn flush_log(&mut self) {
+        if let Some(w) = self.log.as_mut() {
+            let _ = w.flush();
+        }
+    }
+
+    fn merge(&mut self, p: Pending, log: bool) {
+        let site = self.site_id(p.site);
+        if let Some(r) = self.records.get_mut(&p.key) {
+            if p.store {
+                r.store = site;
+                let tensor = r.id;
+                if log {
+                    self.emit(Event::Stored {
+                        t_ns: p.t_ns,
+                        tensor,
+                        site,
+                    });
+                }
+            } else if log && r.site != site {
+                let tensor = r.id;
+                self.emit(Event::Alias { tensor, site });
+            }
+            return;
+        }
+        let id = self.next_record;
+        self.next_record += 1;
+        self.totals.entry(site).or_default().born += 1;
+        self.analysis.note_born(site, p.storage_bytes);
+        let alive = p.weak.strong_count() > 0;
+        if log {
+            let (shape, dtype) = match p.weak.upgrade() {
+                Some(t) => (Some(t.dims().to_vec()), format!("{:?}", t.dtype()).to_lowercase()),
+                None => (None, String::new()),
+            };
+            let (frame, iteration) = (p.frame, p.iteration);
+            self.emit(Event::Born {
+                t_ns: p.t_ns,
+                tensor: id,
+                site,
+                frame: (frame != 0).then_some(frame),
+                iteration,
+                bytes: p.storage_bytes,
+                storage: p.storage as u64,
+                shape,
+                dtype,
+                device: device_name(p.device),
+                thread: p.thread,
+            });
+            if p.store {
+                self.emit(Event::Stored {
+                    t_ns: p.t_ns,
+                    tensor: id,
+                    site,
+                });
+            }
+            if !alive {
+                self.emit(Event::Dropped {
+                    t_ns: p.t_ns,
+                    tensor: id,
+                });
+            }
+        }
+        if !alive {
+            self.totals.entry(site).or_default().dropped += 1;
+            self.analysis.note_dropped();
+            return;
+        }
+        self.records.insert(
+            p.key,
+            Record {
+                weak: p.weak,
+                id,
+                site,
+                store: if p.store { site } else { 0 },
+                frame: p.frame,
+                iteration: p.iteration,
+                storage: p.storage,
+                storage_bytes: p.storage_bytes,
+                view_bytes: p.view_bytes,
+                session: p.session,
+                device: p.device,
+            },
+        );
+    }
+
+    /// Walks the records: drops the dead, claims storages, and summarizes the survivors
+    /// of `frame` by site.
+    fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
+        let mut dead = Vec::new();
+        // storage -> (claiming record id, storage bytes, device, claiming site)
+        let mut claims: HashMap<usize, Claim> = HashMap::new();
+        for (key, r) in &self.records {
+            if r.weak.strong_count() == 0 {
+                dead.push(*key);
+                continue;
+            }
+            claims
+                .entry(r.storage)
+                .and_modify(|c| {
+                    if r.id < c.0 {
+                        *c = (r.id, r.storage_bytes, r.device, r.site);
+                    }
+                })
+                .or_insert((r.id, r.storage_bytes, r.device, r.site));
+        }
+        for key in dead {
+            if let Some(r) = self.records.remove(&key) {
+                self.totals.entry(r.site).or_default().dropped += 1;
+                self.analysis.note_dropped();
+                if log {
+                    self.emit(Event::Dropped {
+                        t_ns,
+                        tensor: r.id,
+                    });
+                }
+            }
+        }
+        let mut live_bytes = 0;
+        for d in self.devices.values_mut() {
+            d.live = 0;
+        }
+        for (_, bytes, device, _) in claims.values() {
+            live_bytes += bytes;
+            self.devices.entry(*device).or_default().live += bytes;
+        }
+        for d in self.devices.values_mut() {
+            d.peak = d.peak.max(d.live);
+        }
+        let sites = match frame {
+            Some(frame) => self.survivors(frame, &claims),
+            None => Vec::new(),
+        };
+        SweepResult {
+            live_tensors: self.records.len() as u64,
+            live_bytes,
+            sites,
+        }
+    }
+
+    fn survivors(&self, frame: u64, claims: &HashMap<usize, Claim>) -> Vec<SiteSweep> {
+        let mut survivors: Vec<(usize, &Record)> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.frame == frame)
+            .map(|(k, r)| (*k, r))
+            .collect();
+        if survivors.is_empty() {
+            return Vec::new();
+        }
+        // Newest first: the newest survivor with a graph is its root.
+        survivors.sort_unstable_by(|a, b| b.1.id.cmp(&a.1.id));
+        let by_key: HashMap<usize, u64> = survivors.iter().map(|(k, r)| (*k, r.id)).collect();
+        let mut graph_held: HashMap<u64, u32> = HashMap::new();
+        let mut acc: BTreeMap<u32, SiteAcc> = BTreeMap::new();
+        for &(own_key, r) in &survivors {
+            if graph_held.contains_key(&r.id) {
+                continue;
+            }
+            let Some(t) = r.weak.upgrade() else { continue };
+            if !t.track_op() || t.is_variable() {
+                continue;
+            }
+            let mut storages = HashSet::new();
+            let mut tensors = 0u64;
+            let mut bytes = 0u64;
+            for node in t.sorted_nodes() {
+                if node.is_variable() {
+                    continue;
+                }
+                let key = weak::key(node);
+                if key != own_key {
+                    tensors += 1;
+                    if let Some(held) = by_key.get(&key) {
+                        graph_held.entry(*held).or_insert(r.site);
+                    }
+                }
+                let (storage, storage_bytes, _, _) = observe(node);
+                if storages.insert(storage) {
+                    bytes += storage_bytes;
+                }
+            }
+            if tensors > 0 {
+                let a = acc.entry(r.site).or_default();
+                a.graph_tensors = a.graph_tensors.max(tensors);
+                a.graph_bytes = a.graph_bytes.max(bytes);
+            }
+        }
+        for &(_, r) in &survivors {
+            let a = acc.entry(r.site).or_default();
+            a.survivors += 1;
+            a.iterations.insert(r.iteration);
+            a.refcount = a.refcount.max(r.weak.strong_count() as u64);
+            let claim = claims.get(&r.storage);
+            let owns = claim.is_some_and(|c| c.0 == r.id);
+            if owns {
+                a.bytes += r.storage_bytes;
+                if r.storage_bytes > r.view_bytes {
+                    a.view_bytes += r.view_bytes;
+                    a.view_storage_bytes += r.storage_bytes;
+                }
+            }
+            let holder = if let Some(root) = graph_held.get(&r.id) {
+                HolderSpec::Graph { site: *root }
+            } else if r.store != 0 {
+                HolderSpec::Store { site: r.store }
+            } else if !owns {
+                HolderSpec::View {
+                    site: claim.map_or(0, |c| c.3),
+                }
+            } else {
+                HolderSpec::Unknown
+            };
+            *a.holders.entry(holder).or_default() += 1;
+        }
+        acc.into_iter()
+            .map(|(site, a)| {
+                let mut holders: Vec<HolderCount> = a
+                    .holders
+                    .into_iter()
+                    .map(|(holder, count)| HolderCount { holder, count })
+                    .collect();
+                holders.sort_by(|x, y| y.count.cmp(&x.count));
+                holders.truncate(4);
+                SiteSweep {
+                    site,
+                    survivors: a.survivors,
+                    bytes: a.bytes,
+                    iterations: a.iterations.len() as u64,
+                    first_iteration: a.iterations.first().copied().unwrap_or(0),
+                    last_iteration: a.iterations.last().copied().unwrap_or(0),
+                    refcount: a.refcount,
+                    holders,
+                    graph_tensors: a.graph_tensors,
+                    graph_bytes: a.graph_bytes,
+                    view_bytes: a.view_bytes,
+                    view_storage_bytes: a.view_storage_bytes,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Thread-local session id (leak tests).
+pub(crate) fn set_session(session: u64) -> u64 {
+    LOCAL.try_with(|l| l.session.replace(session)).unwrap_or(0)
+}

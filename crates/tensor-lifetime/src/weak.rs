@@ -1,0 +1,164 @@
+//! Weak handles to candle tensors: the one audited `unsafe` of the tracker.
+//!
+//! candle's [`Tensor`] is `pub struct Tensor(Arc<Tensor_>)` and offers no weak
+//! reference. The tracker needs one: a handle that tells whether the tensor is still
+//! alive and how many strong references it has, without keeping it (or its storage)
+//! alive. This module reinterprets a `&Tensor` as a `&Arc<Tensor_>` and downgrades it.
+//!
+//! # Why this is sound for the pinned versions
+//!
+//! - candle-core `>=0.11.1, <0.12` (pinned in the workspace `Cargo.toml`) defines
+//!   `Tensor` as a tuple struct whose only field is `Arc<Tensor_>`. A struct with a single
+//!   non-zero-sized field has that field's size and alignment, and the field sits at
+//!   offset 0 (there is nothing else to place); the compile-time assertions below check
+//!   the size and alignment, and [`self_test`] checks at start-up that the reinterpreted
+//!   `Arc` points at the very `Tensor_` that `Tensor`'s `Deref` returns and that its strong
+//!   count moves with clones and drops of the `Tensor`.
+//! - The inner type is named through `<Tensor as Deref>::Target`, so no private candle
+//!   type is spelled out.
+//! - Only shared references are produced, and only `Arc` methods that take `&self` are
+//!   called through them (`Arc::downgrade`, `Arc::strong_count`, `Arc::as_ptr`), so no
+//!   ownership is ever duplicated. Turning a strong `Arc` back into a `Tensor` (for graph
+//!   walks) moves the `Arc` into a value of the same layout, which `self_test` checks
+//!   by round-tripping one.
+//! - If the self-test fails (a candle release changed the layout), [`self_test`] returns an
+//!   error and the tracker refuses to start; it never guesses.
+//! - `tests/weak_layout.rs` in the test package runs the same checks on the candle in
+//!   `Cargo.lock`, so a layout change fails CI before it reaches users.
+
+use candle_core::{Device, Tensor};
+use std::ops::Deref;
+use std::sync::{Arc, Weak};
+
+/// candle's private `Tensor_`, named through `Deref`.
+pub(crate) type Inner = <Tensor as Deref>::Target;
+
+// Compile-time layout checks: `Tensor` must be exactly an `Arc<Tensor_>`.
+const _: () = assert!(std::mem::size_of::<Tensor>() == std::mem::size_of::<Arc<Inner>>());
+const _: () = assert!(std::mem::align_of::<Tensor>() == std::mem::align_of::<Arc<Inner>>());
+
+/// Views a tensor as the `Arc` it wraps.
+#[inline]
+fn as_arc(tensor: &Tensor) -> &Arc<Inner> {
+    // SAFETY: `Tensor` is a single-field tuple struct around `Arc<Inner>` in the pinned
+    // candle-core versions; size and alignment are asserted above and the pointer identity
+    // is checked by `self_test` before any handle is made (see the module docs).
+    unsafe { &*(tensor as *const Tensor).cast::<Arc<Inner>>() }
+}
+
+/// A weak handle to a tensor.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakTensor(Weak<Inner>);
+
+impl WeakTensor {
+    /// Makes a weak handle; the tensor's strong count is unchanged.
+    #[inline]
+    pub(crate) fn new(tensor: &Tensor) -> Self {
+        WeakTensor(Arc::downgrade(as_arc(tensor)))
+    }
+
+    /// Strong references alive now (0 once the tensor was dropped).
+    #[inline]
+    pub(crate) fn strong_count(&self) -> usize {
+        self.0.strong_count()
+    }
+
+    /// A strong `Tensor` again, if still alive. Raises the strong count while held.
+    pub(crate) fn upgrade(&self) -> Option<Tensor> {
+        let arc = self.0.upgrade()?;
+        Some(from_arc(arc))
+    }
+}
+
+/// The identity of a tensor: the address of its `Tensor_`, stable while any strong or
+/// weak reference exists (so a tracked record's key is never reused while tracked).
+#[inline]
+pub(crate) fn key(tensor: &Tensor) -> usize {
+    Arc::as_ptr(as_arc(tensor)) as usize
+}
+
+fn from_arc(arc: Arc<Inner>) -> Tensor {
+    // SAFETY: same layout as above; the `Arc`'s ownership moves into the `Tensor`, which
+    // releases it on drop exactly as the `Arc` would have.
+    unsafe { std::mem::transmute::<Arc<Inner>, Tensor>(arc) }
+}
+
+/// Why the layout self-test failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutMismatch(pub(crate) String);
+
+impl std::fmt::Display for LayoutMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks, on a real tensor, every assumption the handles rely on.
+pub(crate) fn self_test() -> Result<(), LayoutMismatch> {
+    let fail = |what: &str| {
+        Err(LayoutMismatch(format!(
+            "candle-core's Tensor layout is not the one this tensor-lifetime build was \
+             checked against ({what}); tracking needs candle-core >=0.11.1, <0.12 \
+             (found {})",
+            candle_version()
+        )))
+    };
+    let t = Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu)
+        .map_err(|e| LayoutMismatch(format!("cannot create a test tensor: {e}")))?;
+    let arc = as_arc(&t);
+    if !std::ptr::eq(Arc::as_ptr(arc), &*t as *const Inner) {
+        return fail("the Arc does not point at the tensor's Deref target");
+    }
+    let base = Arc::strong_count(arc);
+    if base != 1 {
+        return fail("a fresh tensor does not have strong count 1");
+    }
+    let weak = WeakTensor::new(&t);
+    if weak.strong_count() != 1 || Arc::weak_count(arc) != 1 {
+        return fail("downgrading changed the strong count");
+    }
+    let clone = t.clone();
+    if weak.strong_count() != 2 {
+        return fail("a clone did not raise the strong count");
+    }
+    drop(clone);
+    if weak.strong_count() != 1 {
+        return fail("dropping a clone did not lower the strong count");
+    }
+    match weak.upgrade() {
+        Some(back) if key(&back) == key(&t) && back.dims() == t.dims() => drop(back),
+        _ => return fail("a weak handle did not upgrade to the same tensor"),
+    }
+    if weak.strong_count() != 1 {
+        return fail("an upgraded handle did not release its reference");
+    }
+    drop(t);
+    if weak.strong_count() != 0 || weak.upgrade().is_some() {
+        return fail("dropping the tensor was not seen by its weak handle");
+    }
+    Ok(())
+}
+
+/// The candle-core version this crate was built with.
+pub(crate) fn candle_version() -> &'static str {
+    option_env!("TENSOR_LIFETIME_CANDLE_VERSION").unwrap_or(">=0.11.1, <0.12")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_test_passes_on_the_pinned_candle() {
+        self_test().unwrap();
+    }
+
+    #[test]
+    fn views_share_storage_but_not_identity() {
+        let t = Tensor::zeros((4, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let row = t.narrow(0, 0, 1).unwrap();
+        assert_ne!(key(&t), key(&row));
+        let clone = t.clone();
+        assert_eq!(key(&t), key(&clone));
+    }
+}
