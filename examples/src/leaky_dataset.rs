@@ -10,7 +10,7 @@ pub const EPOCHS: usize = 5;
 pub const BATCHES: usize = 6;
 
 /// A dataset that remembers every input batch it produced ("for later analysis").
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CachedDataset {
     cache: Vec<Tensor>,
     device: Device,

@@ -92,9 +92,6 @@ impl Site {
 /// ```
 #[macro_export]
 macro_rules! site {
-    ($label:expr) => {
-        $crate::site!(@kind $crate::SiteKind::Explicit, $label)
-    };
     (store $label:expr) => {
         $crate::site!(@kind $crate::SiteKind::Store, $label)
     };
@@ -113,4 +110,7 @@ macro_rules! site {
         );
         &__TL_SITE
     }};
+    ($label:expr) => {
+        $crate::site!(@kind $crate::SiteKind::Explicit, $label)
+    };
 }

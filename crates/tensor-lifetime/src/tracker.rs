@@ -175,7 +175,6 @@ pub(crate) struct SiteTotals {
 #[derive(Debug)]
 struct FrameState {
     parent: Option<(u64, u64)>,
-    session: u64,
     started: Instant,
     iteration_started: Instant,
     /// Signature of the findings printed last (outermost frames).
@@ -426,7 +425,6 @@ impl Tracker {
             frame,
             FrameState {
                 parent,
-                session,
                 started: now,
                 iteration_started: now,
                 printed: Vec::new(),
@@ -611,9 +609,13 @@ impl Tracker {
             }
         }
         let log = st.log.is_some();
-        for batch in taken {
-            for p in batch {
-                st.merge(p, log);
+        // Tensors first seen dead in this drain: later probes of the same key are
+        // aliases. Keys cannot be reused meanwhile: the pending entries hold weak handles,
+        // which keep the address allocated until `taken` drops.
+        let mut dead_seen = HashSet::new();
+        for batch in &mut taken {
+            for p in batch.drain(..) {
+                st.merge(p, log, &mut dead_seen);
             }
         }
     }
@@ -792,8 +794,11 @@ impl State {
         }
     }
 
-    fn merge(&mut self, p: Pending, log: bool) {
+    fn merge(&mut self, p: Pending, log: bool, dead_seen: &mut HashSet<usize>) {
         let site = self.site_id(p.site);
+        if dead_seen.contains(&p.key) {
+            return;
+        }
         if let Some(r) = self.records.get_mut(&p.key) {
             if p.store {
                 r.store = site;
@@ -852,6 +857,7 @@ impl State {
         if !alive {
             self.totals.entry(site).or_default().dropped += 1;
             self.analysis.note_dropped();
+            dead_seen.insert(p.key);
             return;
         }
         self.records.insert(
