@@ -1,0 +1,252 @@
+//! Argument parsing: `#[track]` takes none, `#[leak_test(...)]` takes options.
+//!
+//! Every error carries the span of the offending token; independent errors are combined so
+//! that the user sees all of them in one compile.
+
+use proc_macro2::TokenStream;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, Lit, LitStr, Meta, Token};
+
+/// Checks that `#[track]` was given no arguments.
+pub(crate) fn parse_track_args(args: TokenStream) -> syn::Result<()> {
+    if args.is_empty() {
+        Ok(())
+    } else {
+        Err(syn::Error::new_spanned(
+            args,
+            "`#[track]` takes no arguments",
+        ))
+    }
+}
+
+/// The options of `#[leak_test(...)]`, checked at compile time.
+#[derive(Debug, Default)]
+pub(crate) struct LeakTestArgs {
+    /// `allow = ["label", "src/file.rs", "src/file.rs:12"]`.
+    pub(crate) allow: Vec<LitStr>,
+    /// `max_leaked_bytes = "1 MiB"` (or an integer), parsed here.
+    pub(crate) max_leaked_bytes: u64,
+    /// `warmup = 2`.
+    pub(crate) warmup: Option<u64>,
+    /// `window = 4`.
+    pub(crate) window: Option<u64>,
+}
+
+const OPTIONS: &str = "`allow`, `max_leaked_bytes`, `warmup` or `window`";
+
+impl LeakTestArgs {
+    /// Parses `allow = [..], max_leaked_bytes = "..", warmup = N, window = N` (any order,
+    /// each at most once).
+    pub(crate) fn parse(args: TokenStream) -> syn::Result<LeakTestArgs> {
+        let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
+        let mut out = LeakTestArgs::default();
+        let mut errors = Errors::default();
+        let mut seen: Vec<String> = Vec::new();
+        for meta in metas {
+            let nv = match meta {
+                Meta::NameValue(nv) => nv,
+                Meta::Path(path) => {
+                    let name = path_name(&path);
+                    errors.push(syn::Error::new_spanned(
+                        &path,
+                        if is_known(&name) {
+                            format!("option `{name}` needs a value: `{name} = ...`")
+                        } else {
+                            format!("unknown option `{name}`, expected {OPTIONS}")
+                        },
+                    ));
+                    continue;
+                }
+                Meta::List(list) => {
+                    let name = path_name(&list.path);
+                    errors.push(syn::Error::new_spanned(
+                        &list,
+                        if is_known(&name) {
+                            format!("expected `{name} = ...`")
+                        } else {
+                            format!("unknown option `{name}`, expected {OPTIONS}")
+                        },
+                    ));
+                    continue;
+                }
+            };
+            let name = path_name(&nv.path);
+            if !is_known(&name) {
+                errors.push(syn::Error::new_spanned(
+                    &nv.path,
+                    format!("unknown option `{name}`, expected {OPTIONS}"),
+                ));
+                continue;
+            }
+            if seen.contains(&name) {
+                errors.push(syn::Error::new_spanned(
+                    &nv.path,
+                    format!("option `{name}` is given twice"),
+                ));
+                continue;
+            }
+            seen.push(name.clone());
+            let result = match name.as_str() {
+                "allow" => parse_allow(&nv.value).map(|v| out.allow = v),
+                "max_leaked_bytes" => parse_bytes(&nv.value).map(|v| out.max_leaked_bytes = v),
+                "warmup" => parse_count(&nv.value, "warmup").map(|v| out.warmup = Some(v)),
+                _ => parse_count(&nv.value, "window").map(|v| out.window = Some(v)),
+            };
+            if let Err(e) = result {
+                errors.push(e);
+            }
+        }
+        errors.finish()?;
+        Ok(out)
+    }
+}
+
+fn is_known(name: &str) -> bool {
+    matches!(name, "allow" | "max_leaked_bytes" | "warmup" | "window")
+}
+
+fn path_name(path: &syn::Path) -> String {
+    path.segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+fn lit(expr: &Expr) -> Option<&Lit> {
+    match expr {
+        Expr::Lit(ExprLit { lit, .. }) => Some(lit),
+        Expr::Group(g) => lit(&g.expr),
+        _ => None,
+    }
+}
+
+/// `["a", "b"]` (or a single string).
+fn parse_allow(value: &Expr) -> syn::Result<Vec<LitStr>> {
+    let elems: Vec<&Expr> = match value {
+        Expr::Array(array) => array.elems.iter().collect(),
+        other if matches!(lit(other), Some(Lit::Str(_))) => vec![other],
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "expected a list of labels or files: `allow = [\"cache\", \"src/data.rs\"]`",
+            ))
+        }
+    };
+    let mut errors = Errors::default();
+    let mut out = Vec::new();
+    for elem in elems {
+        match lit(elem) {
+            Some(Lit::Str(s)) if !s.value().is_empty() => out.push(s.clone()),
+            Some(Lit::Str(s)) => errors.push(syn::Error::new(s.span(), "empty entry in `allow`")),
+            _ => errors.push(syn::Error::new_spanned(
+                elem,
+                "expected a string literal (a label, a file or `file:line`)",
+            )),
+        }
+    }
+    errors.finish()?;
+    Ok(out)
+}
+
+/// `"1 MiB"` or an integer number of bytes.
+fn parse_bytes(value: &Expr) -> syn::Result<u64> {
+    match lit(value) {
+        Some(Lit::Str(s)) => tensor_lifetime_report::size::parse_size(&s.value())
+            .map_err(|e| syn::Error::new(s.span(), e.to_string())),
+        Some(Lit::Int(i)) => i.base10_parse::<u64>(),
+        _ => Err(syn::Error::new(
+            value.span(),
+            "expected a size such as `\"1 MiB\"` or a number of bytes",
+        )),
+    }
+}
+
+/// A non-negative integer literal.
+fn parse_count(value: &Expr, name: &str) -> syn::Result<u64> {
+    match lit(value) {
+        Some(Lit::Int(i)) => i.base10_parse::<u64>(),
+        _ => Err(syn::Error::new(
+            value.span(),
+            format!("expected a number of iterations: `{name} = 2`"),
+        )),
+    }
+}
+
+/// Collects independent errors into one (`syn::Error::combine`).
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn has_errors(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        match self.0 {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    #[test]
+    fn parses_all_options() {
+        let args = LeakTestArgs::parse(quote!(
+            allow = ["cache", "src/x.rs"],
+            max_leaked_bytes = "1 MiB",
+            warmup = 2,
+            window = 4
+        ))
+        .unwrap();
+        let allow: Vec<String> = args.allow.iter().map(|s| s.value()).collect();
+        assert_eq!(allow, ["cache", "src/x.rs"]);
+        assert_eq!(args.max_leaked_bytes, 1 << 20);
+        assert_eq!(args.warmup, Some(2));
+        assert_eq!(args.window, Some(4));
+    }
+
+    #[test]
+    fn empty_options_are_the_defaults() {
+        let args = LeakTestArgs::parse(TokenStream::new()).unwrap();
+        assert!(args.allow.is_empty());
+        assert_eq!(args.max_leaked_bytes, 0);
+        assert_eq!((args.warmup, args.window), (None, None));
+    }
+
+    #[test]
+    fn combines_independent_errors() {
+        let err = LeakTestArgs::parse(quote!(
+            alow = ["x"],
+            max_leaked_bytes = "1 XB",
+            warmup = "two"
+        ))
+        .unwrap_err();
+        let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].starts_with("unknown option `alow`"));
+        assert!(messages[1].contains("unknown unit"));
+        assert!(messages[2].contains("warmup = 2"));
+    }
+
+    #[test]
+    fn rejects_duplicates_and_track_args() {
+        assert!(LeakTestArgs::parse(quote!(warmup = 1, warmup = 2)).is_err());
+        assert!(parse_track_args(quote!(name = "x")).is_err());
+        assert!(parse_track_args(TokenStream::new()).is_ok());
+    }
+}
