@@ -218,9 +218,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 &progress,
                 &output,
                 format!(
-                    "from {} events: {} findings, {leaks} {}",
+                    "from {} events: {} {}, {leaks} {}",
                     group(scanned.events),
                     report.findings.len(),
+                    if report.findings.len() == 1 {
+                        "finding"
+                    } else {
+                        "findings"
+                    },
                     if leaks == 1 { "leak" } else { "leaks" }
                 ),
             );

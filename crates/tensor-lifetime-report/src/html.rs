@@ -54,7 +54,7 @@ const W: f64 = 1160.0;
 const H: f64 = 440.0;
 const LEFT: f64 = 84.0;
 const RIGHT: f64 = 16.0;
-const TOP: f64 = 24.0;
+const TOP: f64 = 32.0;
 const BOTTOM: f64 = 44.0;
 
 fn esc(s: &str) -> String {
@@ -452,7 +452,7 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
                     out,
                     "<text x=\"{:.1}\" y=\"{:.1}\">{} {}</text>",
                     x - 3.0,
-                    TOP - 6.0,
+                    TOP - 10.0,
                     esc(name),
                     m.iteration
                 );
