@@ -1,0 +1,7 @@
+// `#[track]` takes no arguments.
+#[tensor_lifetime::track(verbose = true)]
+fn train() {}
+
+fn main() {
+    train();
+}
