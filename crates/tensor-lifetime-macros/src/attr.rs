@@ -4,10 +4,10 @@
 //! that the user sees all of them in one compile.
 
 use proc_macro2::TokenStream;
-use syn::parse::Parser;
-use syn::punctuated::Punctuated;
+use quote::ToTokens;
+use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, Lit, LitStr, Meta, Token};
+use syn::{Expr, ExprLit, Lit, LitStr, Token};
 
 /// Checks that `#[track]` was given no arguments.
 pub(crate) fn parse_track_args(args: TokenStream) -> syn::Result<()> {
@@ -40,59 +40,42 @@ impl LeakTestArgs {
     /// Parses `allow = [..], max_leaked_bytes = "..", warmup = N, window = N` (any order,
     /// each at most once).
     pub(crate) fn parse(args: TokenStream) -> syn::Result<LeakTestArgs> {
-        let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
+        let options = parse_options.parse2(args)?;
         let mut out = LeakTestArgs::default();
         let mut errors = Errors::default();
         let mut seen: Vec<String> = Vec::new();
-        for meta in metas {
-            let nv = match meta {
-                Meta::NameValue(nv) => nv,
-                Meta::Path(path) => {
-                    let name = path_name(&path);
-                    errors.push(syn::Error::new_spanned(
-                        &path,
-                        if is_known(&name) {
-                            format!("option `{name}` needs a value: `{name} = ...`")
-                        } else {
-                            format!("unknown option `{name}`, expected {OPTIONS}")
-                        },
-                    ));
-                    continue;
-                }
-                Meta::List(list) => {
-                    let name = path_name(&list.path);
-                    errors.push(syn::Error::new_spanned(
-                        &list,
-                        if is_known(&name) {
-                            format!("expected `{name} = ...`")
-                        } else {
-                            format!("unknown option `{name}`, expected {OPTIONS}")
-                        },
-                    ));
-                    continue;
-                }
-            };
-            let name = path_name(&nv.path);
+        for (path, value) in options {
+            let name = path_name(&path);
             if !is_known(&name) {
                 errors.push(syn::Error::new_spanned(
-                    &nv.path,
+                    &path,
                     format!("unknown option `{name}`, expected {OPTIONS}"),
                 ));
                 continue;
             }
+            let value = match value {
+                Value::Expr(expr) => expr,
+                Value::Missing(at) => {
+                    errors.push(syn::Error::new_spanned(
+                        at,
+                        format!("option `{name}` needs a value: `{name} = ...`"),
+                    ));
+                    continue;
+                }
+            };
             if seen.contains(&name) {
                 errors.push(syn::Error::new_spanned(
-                    &nv.path,
+                    &path,
                     format!("option `{name}` is given twice"),
                 ));
                 continue;
             }
             seen.push(name.clone());
             let result = match name.as_str() {
-                "allow" => parse_allow(&nv.value).map(|v| out.allow = v),
-                "max_leaked_bytes" => parse_bytes(&nv.value).map(|v| out.max_leaked_bytes = v),
-                "warmup" => parse_count(&nv.value, "warmup").map(|v| out.warmup = Some(v)),
-                _ => parse_count(&nv.value, "window").map(|v| out.window = Some(v)),
+                "allow" => parse_allow(&value).map(|v| out.allow = v),
+                "max_leaked_bytes" => parse_bytes(&value).map(|v| out.max_leaked_bytes = v),
+                "warmup" => parse_count(&value, "warmup").map(|v| out.warmup = Some(v)),
+                _ => parse_count(&value, "window").map(|v| out.window = Some(v)),
             };
             if let Err(e) = result {
                 errors.push(e);
@@ -101,6 +84,41 @@ impl LeakTestArgs {
         errors.finish()?;
         Ok(out)
     }
+}
+
+/// An option's value: `name = expr`, or missing (`name`, `name =`, `name(..)`), with the
+/// tokens to point at.
+enum Value {
+    Expr(Expr),
+    Missing(TokenStream),
+}
+
+/// `name = value, ...`. Syntax errors other than a missing value stop the parse (the
+/// rest cannot be trusted).
+fn parse_options(input: ParseStream) -> syn::Result<Vec<(syn::Path, Value)>> {
+    let mut options = Vec::new();
+    while !input.is_empty() {
+        let path = input.call(syn::Path::parse_mod_style)?;
+        let value = if input.peek(Token![=]) {
+            let eq: Token![=] = input.parse()?;
+            if input.is_empty() || input.peek(Token![,]) {
+                Value::Missing(quote::quote!(#path #eq))
+            } else {
+                Value::Expr(input.parse()?)
+            }
+        } else if input.peek(syn::token::Paren) || input.peek(syn::token::Bracket) {
+            let group: proc_macro2::Group = input.parse()?;
+            Value::Missing(quote::quote!(#path #group))
+        } else {
+            Value::Missing(path.to_token_stream())
+        };
+        options.push((path, value));
+        if input.is_empty() {
+            break;
+        }
+        input.parse::<Token![,]>()?;
+    }
+    Ok(options)
 }
 
 fn is_known(name: &str) -> bool {
