@@ -70,8 +70,8 @@ pub struct Series {
     growth_events: u64,
     first_growth: u64,
     last_growth: u64,
-    /// Bytes at the first point seen, to compute bytes per iteration.
-    first_bytes: u64,
+    /// The first sweep seen, to compute bytes per iteration.
+    first: SiteSweep,
     first_iteration: u64,
     /// The latest sweep of this site in this frame.
     last: SiteSweep,
@@ -265,7 +265,7 @@ impl Analysis {
         for s in sites {
             frame.series.entry(s.site).or_insert_with(|| Series {
                 first_iteration: iteration,
-                first_bytes: s.bytes,
+                first: s.clone(),
                 ..Series::default()
             });
         }
@@ -515,13 +515,14 @@ impl Analysis {
     ) -> Finding {
         let last = &v.series.last;
         let span = v.iteration.saturating_sub(v.series.first_iteration).max(1);
-        let bytes = match kind {
-            FindingKind::GraphRetention => last.graph_bytes.max(last.bytes),
-            FindingKind::ViewRetention => last.view_storage_bytes.max(last.bytes),
-            _ => last.bytes,
+        let held = |s: &SiteSweep| match kind {
+            FindingKind::GraphRetention => s.graph_bytes.max(s.bytes),
+            FindingKind::ViewRetention => s.view_storage_bytes.max(s.bytes),
+            _ => s.bytes,
         };
+        let bytes = held(last);
         let bytes_per_iteration = if v.growing || kind == FindingKind::Leak {
-            last.bytes.saturating_sub(v.series.first_bytes) / span
+            bytes.saturating_sub(held(&v.series.first)) / span
         } else {
             0
         };

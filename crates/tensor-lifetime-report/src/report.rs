@@ -131,7 +131,10 @@ impl fmt::Display for HolderRef {
             "store" => write!(f, "stored into `{label}`{at}"),
             "graph" => write!(f, "held by the autograd graph of `{label}`{at}"),
             "view" => write!(f, "shares storage with `{label}`{at}"),
-            _ => write!(f, "holder unknown (a global, or code not tracked)"),
+            _ => write!(
+                f,
+                "no holder seen (a variable outside the loop, a global, or untracked code)"
+            ),
         }
     }
 }
@@ -356,7 +359,7 @@ impl fmt::Display for Report {
         let leaks = self.leaks().count() as u64;
         writeln!(
             f,
-            "tensor-lifetime: {}, {} ({}); live now: {}, {} (peak {})",
+            "{}, {} ({}); live now: {}, {} (peak {})",
             plural(self.findings.len() as u64, "finding", "findings"),
             plural(leaks, "leak", "leaks"),
             if leaks == 0 { "clean" } else { "LEAKING" },

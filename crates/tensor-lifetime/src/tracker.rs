@@ -68,25 +68,31 @@ pub(crate) fn active() -> Option<&'static Tracker> {
 fn init_slow() -> Option<&'static Tracker> {
     let tracker = TRACKER.get_or_init(|| {
         let config = Config::from_env();
-        let failure = if config.enabled {
-            weak::self_test().err().map(|e| e.to_string())
-        } else {
-            None
-        };
-        let phase = match (&failure, config.enabled) {
-            (Some(why), _) => {
-                eprintln!("tensor-lifetime: tracking disabled: {why}");
-                Phase::Failed
-            }
-            (None, false) => Phase::Off,
-            (None, true) => Phase::On,
-        };
+        let (phase, failure) = decide(&config, || weak::self_test());
+        if let Some(why) = &failure {
+            eprintln!("tensor-lifetime: tracking disabled: {why}");
+        }
         let _ = FAILURE.set(failure);
         let tracker = Tracker::new(config);
         PHASE.store(phase as u8, Ordering::Release);
         tracker
     });
     (phase() == Phase::On).then_some(tracker)
+}
+
+/// The phase the tracker starts in: the self-test runs only when tracking is enabled,
+/// and its failure is final (the tracker never guesses).
+fn decide(
+    config: &Config,
+    self_test: impl FnOnce() -> Result<(), weak::LayoutMismatch>,
+) -> (Phase, Option<String>) {
+    if !cfg!(feature = "tracking") || !config.enabled {
+        return (Phase::Off, None);
+    }
+    match self_test() {
+        Ok(()) => (Phase::On, None),
+        Err(e) => (Phase::Failed, Some(e.to_string())),
+    }
 }
 
 pub(crate) fn phase() -> Phase {
@@ -175,6 +181,7 @@ pub(crate) struct SiteTotals {
 #[derive(Debug)]
 struct FrameState {
     parent: Option<(u64, u64)>,
+    site: &'static Site,
     started: Instant,
     iteration_started: Instant,
     /// Signature of the findings printed last (outermost frames).
@@ -425,6 +432,7 @@ impl Tracker {
             frame,
             FrameState {
                 parent,
+                site,
                 started: now,
                 iteration_started: now,
                 printed: Vec::new(),
@@ -495,7 +503,7 @@ impl Tracker {
         });
         st.flush_log();
         if outermost {
-            self.auto_report(&mut st, frame, false);
+            self.auto_report(&mut st, frame, iteration, false);
         }
     }
 
@@ -534,14 +542,14 @@ impl Tracker {
         });
         st.flush_log();
         if parent.is_none() {
-            self.auto_report(&mut st, frame, true);
+            self.auto_report(&mut st, frame, iterations, true);
         }
         st.frames.remove(&frame);
     }
 
     /// Prints / writes the report at the end of an outermost iteration (when the findings
     /// changed) and at the end of an outermost loop.
-    fn auto_report(&self, st: &mut State, frame: u64, loop_end: bool) {
+    fn auto_report(&self, st: &mut State, frame: u64, iterations: u64, loop_end: bool) {
         let report = st.analysis.report();
         let signature: Vec<(String, u32, &'static str, bool)> = report
             .findings
@@ -585,12 +593,17 @@ impl Tracker {
         }
         if self.config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end)
         {
+            let name = st.frame_label(frame);
             let when = if loop_end {
-                format!("loop ended after {:.2?}", started.elapsed())
+                format!(
+                    "loop {name} ended after {} iterations in {:.2?}",
+                    iterations,
+                    started.elapsed()
+                )
             } else {
-                "iteration ended".to_string()
+                format!("loop {name}, iteration {iterations} ended")
             };
-            eprint!("{when}: {report}");
+            eprint!("tensor-lifetime: {when}\n{report}");
         }
     }
 
@@ -761,6 +774,17 @@ struct SiteAcc {
 }
 
 impl State {
+    /// `'epoch (file:line)`, or `at file:line` for a loop without a label.
+    fn frame_label(&self, frame: u64) -> String {
+        match self.frames.get(&frame) {
+            Some(f) if !f.site.label.is_empty() => {
+                format!("{} ({})", f.site.label, f.site.location())
+            }
+            Some(f) => format!("at {}", f.site.location()),
+            None => "?".to_string(),
+        }
+    }
+
     fn site_id(&mut self, site: &'static Site) -> u32 {
         let id = site.id();
         if id != 0 && self.sites.get(id as usize - 1).is_some_and(|s| std::ptr::eq(*s, site)) {
@@ -1032,6 +1056,34 @@ impl State {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_self_test_refuses_to_start() {
+        let config = Config::from_lookup(|_| None);
+        let (phase, why) = decide(&config, || {
+            Err(weak::LayoutMismatch("layout changed".to_string()))
+        });
+        assert_eq!(phase, Phase::Failed);
+        assert_eq!(why.as_deref(), Some("layout changed"));
+        let err = crate::Error::TrackerUnavailable(why.unwrap());
+        assert_eq!(
+            err.to_string(),
+            "tensor-lifetime cannot track tensors: layout changed"
+        );
+    }
+
+    #[test]
+    fn off_skips_the_self_test() {
+        let config = Config::from_lookup(|k| (k == "TENSOR_LIFETIME").then(|| "off".into()));
+        let (phase, why) = decide(&config, || panic!("must not run"));
+        assert_eq!(phase, Phase::Off);
+        assert!(why.is_none());
     }
 }
 

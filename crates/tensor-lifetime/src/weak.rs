@@ -95,11 +95,16 @@ impl std::fmt::Display for LayoutMismatch {
 
 /// Checks, on a real tensor, every assumption the handles rely on.
 pub(crate) fn self_test() -> Result<(), LayoutMismatch> {
+    check_layout(as_arc)
+}
+
+/// The self-test, with the reinterpretation passed in (so tests can prove that a wrong
+/// one is caught).
+fn check_layout(as_arc: fn(&Tensor) -> &Arc<Inner>) -> Result<(), LayoutMismatch> {
     let fail = |what: &str| {
         Err(LayoutMismatch(format!(
             "candle-core's Tensor layout is not the one this tensor-lifetime build was \
-             checked against ({what}); tracking needs candle-core >=0.11.1, <0.12 \
-             (found {})",
+             checked against ({what}); tracking needs candle-core {}",
             candle_version()
         )))
     };
@@ -113,7 +118,7 @@ pub(crate) fn self_test() -> Result<(), LayoutMismatch> {
     if base != 1 {
         return fail("a fresh tensor does not have strong count 1");
     }
-    let weak = WeakTensor::new(&t);
+    let weak = WeakTensor(Arc::downgrade(arc));
     if weak.strong_count() != 1 || Arc::weak_count(arc) != 1 {
         return fail("downgrading changed the strong count");
     }
@@ -126,7 +131,7 @@ pub(crate) fn self_test() -> Result<(), LayoutMismatch> {
         return fail("dropping a clone did not lower the strong count");
     }
     match weak.upgrade() {
-        Some(back) if key(&back) == key(&t) && back.dims() == t.dims() => drop(back),
+        Some(back) if std::ptr::eq(&*back, &*t) && back.dims() == t.dims() => drop(back),
         _ => return fail("a weak handle did not upgrade to the same tensor"),
     }
     if weak.strong_count() != 1 {
@@ -139,9 +144,9 @@ pub(crate) fn self_test() -> Result<(), LayoutMismatch> {
     Ok(())
 }
 
-/// The candle-core version this crate was built with.
+/// The candle-core versions this crate was checked against.
 pub(crate) fn candle_version() -> &'static str {
-    option_env!("TENSOR_LIFETIME_CANDLE_VERSION").unwrap_or(">=0.11.1, <0.12")
+    ">=0.11.1, <0.12"
 }
 
 #[cfg(test)]
@@ -151,6 +156,19 @@ mod tests {
     #[test]
     fn self_test_passes_on_the_pinned_candle() {
         self_test().unwrap();
+    }
+
+    #[test]
+    fn a_wrong_layout_is_refused_with_a_clear_error() {
+        // Pretend the reinterpretation pointed somewhere else: the self-test must notice.
+        static OTHER: std::sync::OnceLock<Tensor> = std::sync::OnceLock::new();
+        fn wrong(_: &Tensor) -> &Arc<Inner> {
+            as_arc(OTHER.get_or_init(|| Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap()))
+        }
+        let err = check_layout(wrong).unwrap_err().to_string();
+        assert!(err.contains("candle-core's Tensor layout is not the one"), "{err}");
+        assert!(err.contains("does not point at the tensor"), "{err}");
+        assert!(err.contains(">=0.11.1, <0.12"), "{err}");
     }
 
     #[test]
