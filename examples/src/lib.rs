@@ -9,9 +9,12 @@
 //! - [`view_retention`]: keeps a one-row view of each large batch.
 //! - [`clean_training`]: an MLP with candle-nn, lazily created optimizer state, detached
 //!   metrics: no leak.
+//! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
+//!   the memory statistics (pool rounding, `empty_cache`, release threshold).
 
 pub mod clean_training;
 pub mod common;
+pub mod cuda_training;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod view_retention;

@@ -6,8 +6,9 @@
 //!   survivors are subtracted, so what grows is held by code that is not annotated (or by
 //!   a library). "In use" is the pool's used bytes on CUDA and the process's resident
 //!   memory on CPU (noisier: the allocator keeps freed pages, so its tolerance is larger).
-//!   Memory events come from the periodic monitor or `memory_summary`; each is placed at
-//!   the count of outermost-loop iterations ended so far.
+//!   Memory events come from the periodic monitor, `record_memory_sample` or
+//!   `memory_summary`; each is placed at the count of iteration ends (of any tracked loop:
+//!   the training steps) so far, as the monitor counts them.
 //! - **shape churn** ([`FindingKind::ShapeChurn`]): a site whose tensors keep coming in
 //!   sizes never seen before, iteration after iteration (dynamic shapes). A caching pool
 //!   serves a freed block again only to a request that fits it, so each new size may take
@@ -45,8 +46,8 @@ const MAX_SIZES_PER_SITE: usize = 4096;
 /// The knobs of the memory findings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryJudgement {
-    /// Memory samples placed at or before this many ended outermost iterations are
-    /// warm-up (lazy state, first kernels, cuBLAS handles).
+    /// Memory samples placed at or before this many iteration ends are warm-up (lazy
+    /// state, first kernels, cuBLAS handles).
     pub warmup: u64,
     /// Growth events needed (and the least recency window).
     pub k: u64,
@@ -113,8 +114,6 @@ struct Shapes {
 #[derive(Debug, Clone)]
 struct FrameInfo {
     site: u32,
-    name: String,
-    outermost: bool,
 }
 
 /// The state. Feed it every event with [`MemoryFindings::apply`]; ask for
@@ -125,9 +124,9 @@ pub struct MemoryFindings {
     frames: HashMap<u64, FrameInfo>,
     /// Loop names by loop site, kept after their frames end.
     loop_names: HashMap<u32, String>,
-    /// Outermost iterations ended so far, and the loop of the latest.
-    outer_iterations: u64,
-    outer_loop: Option<(u32, String)>,
+    /// Iteration ends so far (any loop), and per loop site.
+    steps: u64,
+    steps_by_loop: HashMap<u32, u64>,
     untracked: BTreeMap<String, Untracked>,
     shapes: HashMap<u32, Shapes>,
     /// Loop site of each frame whose tensors a site made (for the finding's loop).
@@ -146,20 +145,9 @@ impl MemoryFindings {
     pub fn apply(&mut self, event: &Event) {
         match event {
             Event::LoopStart {
-                frame,
-                site,
-                name,
-                parent,
-                ..
+                frame, site, name, ..
             } => {
-                self.frames.insert(
-                    *frame,
-                    FrameInfo {
-                        site: *site,
-                        name: name.clone(),
-                        outermost: parent.is_none(),
-                    },
-                );
+                self.frames.insert(*frame, FrameInfo { site: *site });
                 self.frame_loops.insert(*frame, *site);
                 self.loop_names.insert(*site, name.clone());
             }
@@ -167,9 +155,9 @@ impl MemoryFindings {
                 self.frames.remove(frame);
             }
             Event::IterationEnd { frame, .. } => {
-                if let Some(f) = self.frames.get(frame).filter(|f| f.outermost) {
-                    self.outer_iterations += 1;
-                    self.outer_loop = Some((f.site, f.name.clone()));
+                self.steps += 1;
+                if let Some(f) = self.frames.get(frame) {
+                    *self.steps_by_loop.entry(f.site).or_default() += 1;
                 }
             }
             Event::Born {
@@ -236,7 +224,7 @@ impl MemoryFindings {
             (None, Some(r)) => (r, false),
             (None, None) => return,
         };
-        let at = self.outer_iterations;
+        let at = self.steps;
         if at <= self.judgement.warmup {
             return;
         }
@@ -298,10 +286,16 @@ impl MemoryFindings {
     /// [`crate::Analysis`] keeps them).
     pub fn findings<'a>(&self, site: impl Fn(u32) -> Option<&'a SiteInfo>) -> Vec<Finding> {
         let mut out = Vec::new();
-        let (loop_site, loop_name) = self
-            .outer_loop
-            .clone()
-            .map_or((None, String::new()), |(s, n)| (Some(s), n));
+        // The loop whose iterations the samples count: the one that ended most often.
+        let loop_site = self
+            .steps_by_loop
+            .iter()
+            .max_by_key(|(site, n)| (**n, std::cmp::Reverse(**site)))
+            .map(|(site, _)| *site);
+        let loop_name = loop_site
+            .and_then(|s| self.loop_names.get(&s))
+            .cloned()
+            .unwrap_or_default();
         for (device, u) in &self.untracked {
             if !self.growing(u) {
                 continue;
