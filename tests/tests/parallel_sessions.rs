@@ -131,7 +131,10 @@ fn each_leak_test_judges_only_its_own_tensors() {
         .unwrap();
     let _ = std::fs::remove_file(&out_path);
 
-    assert!(!status.success(), "one test leaks, so the run fails:\n{output}");
+    assert!(
+        !status.success(),
+        "one test leaks, so the run fails:\n{output}"
+    );
     let outcome = |name: &str| -> &str {
         let line = output
             .lines()
@@ -153,7 +156,10 @@ fn each_leak_test_judges_only_its_own_tensors() {
         .split("---- session_leaky stdout ----")
         .nth(1)
         .unwrap_or_else(|| panic!("no failure message:\n{output}"));
-    assert!(failure.contains("leak test `session_leaky` failed"), "{failure}");
+    assert!(
+        failure.contains("leak test `session_leaky` failed"),
+        "{failure}"
+    );
     let site = format!(
         "tests/tests/parallel_sessions.rs:{}",
         tensor_lifetime_tests::line_of(SOURCE, "// parallel: product")
