@@ -114,6 +114,7 @@ twice! {
     }
 
     /// `loop` and labeled `break` keep their values.
+    #[allow(clippy::never_loop)]
     pub fn loop_values() -> (u32, u32, &'static str) {
         let mut k = 0;
         let first = loop {
@@ -168,6 +169,7 @@ twice! {
     }
 
     /// Bindings whose types are only known later must compile as without the attribute.
+    #[allow(clippy::vec_init_then_push)]
     pub fn inferred_types() -> (Vec<u32>, u64, u8, u16, Vec<String>) {
         let mut v = Vec::new();
         v.push(1);
