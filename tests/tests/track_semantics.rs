@@ -139,6 +139,24 @@ twice! {
         (first, second, last)
     }
 
+    /// Loops in unusual positions: method receiver at the start of a statement, with
+    /// attributes, as a `match` scrutinee, as a closure body.
+    #[allow(clippy::never_loop)]
+    pub fn loop_positions() -> u32 {
+        let mut n = 0;
+        loop { break 3u32 }.checked_add(1).into_iter().for_each(|v| n += v);
+        #[allow(unused_variables)]
+        for i in 0..2 {
+            n += 1;
+        }
+        let mut count = |k: u32| while n < k { n += 1 };
+        count(10);
+        match loop { break n } {
+            0 => 0,
+            m => m * 2,
+        }
+    }
+
     /// `?` leaves loops early, through every iteration guard.
     pub fn question_mark(fail_at: usize) -> Result<usize> {
         let mut sum = 0;
@@ -403,6 +421,12 @@ fn labeled_control_flow_is_unchanged() {
 fn loop_values_are_kept() {
     assert_eq!(tracked::loop_values(), plain::loop_values());
     assert_eq!(tracked::loop_values(), (30, 5, "c"));
+}
+
+#[test]
+fn loops_in_unusual_positions() {
+    assert_eq!(tracked::loop_positions(), plain::loop_positions());
+    assert_eq!(tracked::loop_positions(), 20);
 }
 
 #[test]
