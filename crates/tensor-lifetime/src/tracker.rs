@@ -29,15 +29,13 @@ use crate::weak::{self, WeakTensor};
 use candle_core::{DeviceLocation, Storage, Tensor};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use tensor_lifetime_report::event::{
-    Event, HolderCount, HolderSpec, MemorySample, SiteSweep,
-};
+use tensor_lifetime_report::event::{Event, HolderCount, HolderSpec, MemorySample, SiteSweep};
 use tensor_lifetime_report::{Analysis, Judgement, Report};
 
 /// The tracker's life cycle (see the module docs).
@@ -126,6 +124,7 @@ pub(crate) struct Pending {
     storage_bytes: u64,
     view_bytes: u64,
     device: u16,
+    has_graph: bool,
 }
 
 type Buffer = Arc<Mutex<Vec<Pending>>>;
@@ -170,6 +169,8 @@ struct Record {
     view_bytes: u64,
     session: u64,
     device: u16,
+    /// It had an autograd op when tagged (ops never change afterwards).
+    has_graph: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -196,7 +197,9 @@ struct DeviceBytes {
 
 struct State {
     sites: Vec<&'static Site>,
-    records: HashMap<usize, Record>,
+    records: FastMap<usize, Record>,
+    /// Storage claims of the latest sweep (kept for its capacity).
+    claims: FastMap<usize, Claim>,
     next_record: u64,
     frames: HashMap<u64, FrameState>,
     totals: HashMap<u32, SiteTotals>,
@@ -288,7 +291,12 @@ fn observe(t: &Tensor) -> (usize, u64, u64, u16) {
     let storage = &*guard as *const Storage as usize;
     let bytes = storage_bytes(&guard).unwrap_or(view_bytes);
     drop(guard);
-    (storage, bytes, view_bytes, device_code(t.device().location()))
+    (
+        storage,
+        bytes,
+        view_bytes,
+        device_code(t.device().location()),
+    )
 }
 
 impl Tracker {
@@ -317,7 +325,8 @@ impl Tracker {
             start,
             state: Mutex::new(State {
                 sites: Vec::new(),
-                records: HashMap::new(),
+                records: FastMap::default(),
+                claims: FastMap::default(),
                 next_record: 1,
                 frames: HashMap::new(),
                 totals: HashMap::new(),
@@ -358,7 +367,11 @@ impl Tracker {
                             0 => self.primary_session.load(Ordering::Relaxed),
                             s => s,
                         };
-                        (frame, self.primary_iteration.load(Ordering::Relaxed), session)
+                        (
+                            frame,
+                            self.primary_iteration.load(Ordering::Relaxed),
+                            session,
+                        )
                     }
                 }
             };
@@ -376,6 +389,7 @@ impl Tracker {
                 storage_bytes,
                 view_bytes,
                 device,
+                has_graph: t.track_op() && !t.is_variable(),
             });
         });
     }
@@ -481,7 +495,8 @@ impl Tracker {
             }
         });
         if self.primary_frame.load(Ordering::Relaxed) == frame {
-            self.primary_iteration.store(iteration + 1, Ordering::Relaxed);
+            self.primary_iteration
+                .store(iteration + 1, Ordering::Relaxed);
         }
         let mut st = self.state.lock();
         self.drain(&mut st);
@@ -554,7 +569,14 @@ impl Tracker {
         let signature: Vec<(String, u32, &'static str, bool)> = report
             .findings
             .iter()
-            .map(|f| (f.site.file.clone(), f.site.line, f.kind.as_str(), f.is_leak()))
+            .map(|f| {
+                (
+                    f.site.file.clone(),
+                    f.site.line,
+                    f.kind.as_str(),
+                    f.is_leak(),
+                )
+            })
             .collect();
         let Some(fs) = st.frames.get_mut(&frame) else {
             return;
@@ -591,8 +613,7 @@ impl Tracker {
                 );
             }
         }
-        if self.config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end)
-        {
+        if self.config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end) {
             let name = st.frame_label(frame);
             let when = if loop_end {
                 format!(
@@ -704,9 +725,7 @@ impl Tracker {
         let t_ns = self.now_ns();
         let log = st.log.is_some();
         st.sweep(None, t_ns, log);
-        st.devices
-            .get(&code)
-            .map_or((0, 0), |d| (d.live, d.peak))
+        st.devices.get(&code).map_or((0, 0), |d| (d.live, d.peak))
     }
 
     /// Resets the peak of `device` to its current live bytes.
@@ -751,26 +770,57 @@ pub struct LiveTensor {
     pub in_loop: bool,
 }
 
-/// A storage's claim: (oldest live record id, storage bytes, device, that record's site).
-type Claim = (u64, u64, u16, u32);
+/// A live storage's claim: its bytes count once, for its owner (the oldest live record
+/// using it).
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    owner: u64,
+    owner_site: u32,
+    bytes: u64,
+    device: u16,
+}
+
+impl Claim {
+    fn of(r: &Record) -> Claim {
+        Claim {
+            owner: r.id,
+            owner_site: r.site,
+            bytes: r.storage_bytes,
+            device: r.device,
+        }
+    }
+}
+
+/// Hashing for addresses: a multiplicative hash (Fibonacci hashing) instead of SipHash.
+/// Keys are heap addresses chosen by the allocator, not by an adversary.
+#[derive(Debug, Default, Clone, Copy)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64 ^ self.0)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.write_usize(n as usize);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddrHasher>>;
 
 struct SweepResult {
     live_tensors: u64,
     live_bytes: u64,
     sites: Vec<SiteSweep>,
-}
-
-#[derive(Default)]
-struct SiteAcc {
-    survivors: u64,
-    bytes: u64,
-    iterations: BTreeSet<u64>,
-    refcount: u64,
-    holders: BTreeMap<HolderSpec, u64>,
-    graph_tensors: u64,
-    graph_bytes: u64,
-    view_bytes: u64,
-    view_storage_bytes: u64,
 }
 
 impl State {
@@ -787,7 +837,12 @@ impl State {
 
     fn site_id(&mut self, site: &'static Site) -> u32 {
         let id = site.id();
-        if id != 0 && self.sites.get(id as usize - 1).is_some_and(|s| std::ptr::eq(*s, site)) {
+        if id != 0
+            && self
+                .sites
+                .get(id as usize - 1)
+                .is_some_and(|s| std::ptr::eq(*s, site))
+        {
             return id;
         }
         self.sites.push(site);
@@ -847,7 +902,10 @@ impl State {
         let alive = p.weak.strong_count() > 0;
         if log {
             let (shape, dtype) = match p.weak.upgrade() {
-                Some(t) => (Some(t.dims().to_vec()), format!("{:?}", t.dtype()).to_lowercase()),
+                Some(t) => (
+                    Some(t.dims().to_vec()),
+                    format!("{:?}", t.dtype()).to_lowercase(),
+                ),
                 None => (None, String::new()),
             };
             let (frame, iteration) = (p.frame, p.iteration);
@@ -884,71 +942,79 @@ impl State {
             dead_seen.insert(p.key);
             return;
         }
-        self.records.insert(
-            p.key,
-            Record {
-                weak: p.weak,
-                id,
-                site,
-                store: if p.store { site } else { 0 },
-                frame: p.frame,
-                iteration: p.iteration,
-                storage: p.storage,
-                storage_bytes: p.storage_bytes,
-                view_bytes: p.view_bytes,
-                session: p.session,
-                device: p.device,
-            },
-        );
+        let record = Record {
+            weak: p.weak,
+            id,
+            site,
+            store: if p.store { site } else { 0 },
+            frame: p.frame,
+            iteration: p.iteration,
+            storage: p.storage,
+            storage_bytes: p.storage_bytes,
+            view_bytes: p.view_bytes,
+            session: p.session,
+            device: p.device,
+            has_graph: p.has_graph,
+        };
+        self.records.insert(p.key, record);
     }
 
-    /// Walks the records: drops the dead, claims storages, and summarizes the survivors
-    /// of `frame` by site.
+    /// Walks the records once: drops the dead, claims each live storage for its oldest
+    /// record (bytes counted once per storage), and summarizes the survivors of `frame`
+    /// by site.
+    ///
+    /// Storage claims are rebuilt at every sweep rather than kept incrementally: a
+    /// storage's address is reused by the allocator as soon as it is freed, so only the
+    /// storages of records alive now identify storages reliably.
     fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
         let mut dead = Vec::new();
-        // storage -> (claiming record id, storage bytes, device, claiming site)
-        let mut claims: HashMap<usize, Claim> = HashMap::new();
+        let mut survivors = Vec::new();
+        let mut claims = std::mem::take(&mut self.claims);
+        claims.clear();
         for (key, r) in &self.records {
             if r.weak.strong_count() == 0 {
                 dead.push(*key);
                 continue;
             }
+            if Some(r.frame) == frame {
+                survivors.push(*key);
+            }
             claims
                 .entry(r.storage)
                 .and_modify(|c| {
-                    if r.id < c.0 {
-                        *c = (r.id, r.storage_bytes, r.device, r.site);
+                    if r.id < c.owner {
+                        *c = Claim::of(r);
                     }
                 })
-                .or_insert((r.id, r.storage_bytes, r.device, r.site));
+                .or_insert_with(|| Claim::of(r));
         }
         for key in dead {
-            if let Some(r) = self.records.remove(&key) {
-                self.totals.entry(r.site).or_default().dropped += 1;
-                self.analysis.note_dropped();
-                if log {
-                    self.emit(Event::Dropped {
-                        t_ns,
-                        tensor: r.id,
-                    });
-                }
+            let Some(r) = self.records.remove(&key) else {
+                continue;
+            };
+            self.totals.entry(r.site).or_default().dropped += 1;
+            self.analysis.note_dropped();
+            if log {
+                self.emit(Event::Dropped { t_ns, tensor: r.id });
             }
         }
-        let mut live_bytes = 0;
         for d in self.devices.values_mut() {
             d.live = 0;
         }
-        for (_, bytes, device, _) in claims.values() {
-            live_bytes += bytes;
-            self.devices.entry(*device).or_default().live += bytes;
+        let mut live_bytes = 0;
+        for c in claims.values() {
+            live_bytes += c.bytes;
+            self.devices.entry(c.device).or_default().live += c.bytes;
         }
         for d in self.devices.values_mut() {
             d.peak = d.peak.max(d.live);
         }
-        let sites = match frame {
-            Some(frame) => self.survivors(frame, &claims),
-            None => Vec::new(),
+        let sites = if survivors.is_empty() {
+            Vec::new()
+        } else {
+            self.survivors(&survivors, &claims)
         };
+        self.claims = claims;
         SweepResult {
             live_tensors: self.records.len() as u64,
             live_bytes,
@@ -956,61 +1022,84 @@ impl State {
         }
     }
 
-    fn survivors(&self, frame: u64, claims: &HashMap<usize, Claim>) -> Vec<SiteSweep> {
-        let mut survivors: Vec<(usize, &Record)> = self
-            .records
+    fn survivors(&self, keys: &[usize], claims: &FastMap<usize, Claim>) -> Vec<SiteSweep> {
+        let mut survivors: Vec<(usize, &Record)> = keys
             .iter()
-            .filter(|(_, r)| r.frame == frame)
-            .map(|(k, r)| (*k, r))
+            .filter_map(|k| self.records.get(k).map(|r| (*k, r)))
             .collect();
-        if survivors.is_empty() {
-            return Vec::new();
-        }
-        // Newest first: the newest survivor with a graph is its root.
-        survivors.sort_unstable_by(|a, b| b.1.id.cmp(&a.1.id));
-        let by_key: HashMap<usize, u64> = survivors.iter().map(|(k, r)| (*k, r.id)).collect();
-        let mut graph_held: HashMap<u64, u32> = HashMap::new();
-        let mut acc: BTreeMap<u32, SiteAcc> = BTreeMap::new();
-        for &(own_key, r) in &survivors {
-            if graph_held.contains_key(&r.id) {
-                continue;
-            }
-            let Some(t) = r.weak.upgrade() else { continue };
-            if !t.track_op() || t.is_variable() {
-                continue;
-            }
-            let mut storages = HashSet::new();
-            let mut tensors = 0u64;
-            let mut bytes = 0u64;
-            for node in t.sorted_nodes() {
-                if node.is_variable() {
+        // Graphs: the newest survivor carrying an autograd graph is a root; survivors in
+        // its graph are held by it. Only survivors that had an op when tagged can hold
+        // a graph, so a sweep without any pays nothing here.
+        let mut graph_held: FastMap<u64, u32> = FastMap::default();
+        let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
+        let mut roots: Vec<(usize, &Record)> = survivors
+            .iter()
+            .filter(|(_, r)| r.has_graph)
+            .copied()
+            .collect();
+        if !roots.is_empty() {
+            roots.sort_unstable_by(|a, b| b.1.id.cmp(&a.1.id));
+            let by_key: FastMap<usize, u64> = survivors.iter().map(|(k, r)| (*k, r.id)).collect();
+            for (own_key, r) in roots {
+                if graph_held.contains_key(&r.id) {
                     continue;
                 }
-                let key = weak::key(node);
-                if key != own_key {
-                    tensors += 1;
-                    if let Some(held) = by_key.get(&key) {
-                        graph_held.entry(*held).or_insert(r.site);
+                let Some(t) = r.weak.upgrade() else { continue };
+                let mut storages: FastMap<usize, ()> = FastMap::default();
+                let mut tensors = 0u64;
+                let mut bytes = 0u64;
+                for node in t.sorted_nodes() {
+                    if node.is_variable() {
+                        continue;
+                    }
+                    let key = weak::key(node);
+                    if key != own_key {
+                        tensors += 1;
+                        if let Some(held) = by_key.get(&key) {
+                            graph_held.entry(*held).or_insert(r.site);
+                        }
+                    }
+                    let (storage, storage_bytes, _, _) = observe(node);
+                    if storages.insert(storage, ()).is_none() {
+                        bytes += storage_bytes;
                     }
                 }
-                let (storage, storage_bytes, _, _) = observe(node);
-                if storages.insert(storage) {
-                    bytes += storage_bytes;
+                if tensors > 0 {
+                    let g = graphs.entry(r.site).or_default();
+                    g.0 = g.0.max(tensors);
+                    g.1 = g.1.max(bytes);
                 }
             }
-            if tensors > 0 {
-                let a = acc.entry(r.site).or_default();
-                a.graph_tensors = a.graph_tensors.max(tensors);
-                a.graph_bytes = a.graph_bytes.max(bytes);
-            }
         }
-        for &(_, r) in &survivors {
-            let a = acc.entry(r.site).or_default();
+        // Per site, in (site, iteration) order so distinct iterations are counted by
+        // change.
+        survivors.sort_unstable_by_key(|(_, r)| (r.site, r.iteration));
+        let mut out: Vec<SiteSweep> = Vec::new();
+        let mut holders: Vec<(HolderSpec, u64)> = Vec::new();
+        let mut last_iteration = None;
+        for (_, r) in &survivors {
+            if out.last().is_none_or(|s| s.site != r.site) {
+                finish_holders(out.last_mut(), &mut holders);
+                let (graph_tensors, graph_bytes) = graphs.get(&r.site).copied().unwrap_or_default();
+                out.push(SiteSweep {
+                    site: r.site,
+                    first_iteration: r.iteration,
+                    graph_tensors,
+                    graph_bytes,
+                    ..SiteSweep::default()
+                });
+                last_iteration = None;
+            }
+            let a = out.last_mut().expect("pushed above");
             a.survivors += 1;
-            a.iterations.insert(r.iteration);
+            if last_iteration != Some(r.iteration) {
+                a.iterations += 1;
+                last_iteration = Some(r.iteration);
+            }
+            a.last_iteration = r.iteration;
             a.refcount = a.refcount.max(r.weak.strong_count() as u64);
             let claim = claims.get(&r.storage);
-            let owns = claim.is_some_and(|c| c.0 == r.id);
+            let owns = claim.is_some_and(|c| c.owner == r.id);
             if owns {
                 a.bytes += r.storage_bytes;
                 if r.storage_bytes > r.view_bytes {
@@ -1024,39 +1113,34 @@ impl State {
                 HolderSpec::Store { site: r.store }
             } else if !owns {
                 HolderSpec::View {
-                    site: claim.map_or(0, |c| c.3),
+                    site: claim.map_or(0, |c| c.owner_site),
                 }
             } else {
                 HolderSpec::Unknown
             };
-            *a.holders.entry(holder).or_default() += 1;
+            match holders.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, n)) => *n += 1,
+                None => holders.push((holder, 1)),
+            }
         }
-        acc.into_iter()
-            .map(|(site, a)| {
-                let mut holders: Vec<HolderCount> = a
-                    .holders
-                    .into_iter()
-                    .map(|(holder, count)| HolderCount { holder, count })
-                    .collect();
-                holders.sort_by(|x, y| y.count.cmp(&x.count));
-                holders.truncate(4);
-                SiteSweep {
-                    site,
-                    survivors: a.survivors,
-                    bytes: a.bytes,
-                    iterations: a.iterations.len() as u64,
-                    first_iteration: a.iterations.first().copied().unwrap_or(0),
-                    last_iteration: a.iterations.last().copied().unwrap_or(0),
-                    refcount: a.refcount,
-                    holders,
-                    graph_tensors: a.graph_tensors,
-                    graph_bytes: a.graph_bytes,
-                    view_bytes: a.view_bytes,
-                    view_storage_bytes: a.view_storage_bytes,
-                }
-            })
-            .collect()
+        finish_holders(out.last_mut(), &mut holders);
+        out
     }
+}
+
+/// Moves the counted holders into a site's summary: the 4 most frequent.
+fn finish_holders(site: Option<&mut SiteSweep>, holders: &mut Vec<(HolderSpec, u64)>) {
+    let Some(site) = site else {
+        holders.clear();
+        return;
+    };
+    holders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    site.holders = holders
+        .drain(..)
+        .take(4)
+        .map(|(holder, count)| HolderCount { holder, count })
+        .collect();
+    holders.clear();
 }
 
 #[cfg(test)]
