@@ -500,6 +500,27 @@ fn async_fn_compiles_and_stays_send() {
     assert_eq!(t, 6 + 12 + 2);
 }
 
+/// A label that only names the loop scope is not reported as unused (this file is
+/// linted with `-D warnings`).
+#[tensor_lifetime::track]
+fn named_loops(n: u32) -> u32 {
+    let mut sum = 0;
+    'epoch: for i in 0..n {
+        'batch: while sum < 100 {
+            sum += i;
+            break;
+        }
+    }
+    'wait: loop {
+        break sum;
+    }
+}
+
+#[test]
+fn labels_name_loops_without_unused_warnings() {
+    assert_eq!(named_loops(5), 10);
+}
+
 #[test]
 fn panics_propagate_through_tracked_loops() {
     let p = std::panic::catch_unwind(plain::panics_in_loop).unwrap_err();

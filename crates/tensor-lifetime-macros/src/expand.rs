@@ -443,6 +443,8 @@ impl Instrument {
             None => (String::new(), keyword_span),
         };
         let site = self.site(span, &name, Kind::Loop);
+        // A label now also names the loop scope: it is used even if no `break` names it.
+        let allow = label.as_ref().map(|_| quote!(#[allow(unused_labels)]));
         let enter = quote!(let #scope = ::tensor_lifetime::__private::enter_loop(#site););
         let begin = quote!(let #iter = #scope.iteration(););
         *expr = match &*expr {
@@ -454,7 +456,7 @@ impl Instrument {
                 let tags = self.binding_tags(pat, &[]);
                 parse_quote!({
                     #enter
-                    #(#attrs)* #label for #item in #iterable {
+                    #(#attrs)* #allow #label for #item in #iterable {
                         #begin
                         let #value = #item;
                         let #pat = #value;
@@ -473,7 +475,7 @@ impl Instrument {
                 }
                 parse_quote!({
                     #enter
-                    #(#attrs)* #label while #cond {
+                    #(#attrs)* #allow #label while #cond {
                         #begin
                         #(#tags)*
                         #body;
@@ -484,7 +486,7 @@ impl Instrument {
                 let (attrs, label, body) = (&l.attrs, &l.label, &l.body);
                 parse_quote!({
                     #enter
-                    #(#attrs)* #label loop {
+                    #(#attrs)* #allow #label loop {
                         #begin
                         #body;
                     }
