@@ -16,6 +16,7 @@ pub struct CachedDataset {
     device: Device,
 }
 
+#[tensor_lifetime::track]
 impl CachedDataset {
     pub fn new(device: Device) -> Self {
         CachedDataset {
@@ -27,8 +28,6 @@ impl CachedDataset {
     /// The batch for `step`.
     pub fn batch(&mut self, step: usize) -> Result<(Tensor, Tensor)> {
         let (x, y) = synthetic_batch(step, &self.device)?;
-        tensor_lifetime::tag!(x);
-        tensor_lifetime::store!(x, "self.cache");
         self.cache.push(x.clone());
         Ok((x, y))
     }
@@ -38,6 +37,7 @@ impl CachedDataset {
 pub const LEAKED_BYTES: u64 = (EPOCHS * BATCHES) as u64 * BATCH_BYTES;
 
 /// Trains a small MLP for [`EPOCHS`] epochs over the leaky dataset.
+#[tensor_lifetime::track]
 pub fn run() -> Result<f32> {
     let device = Device::Cpu;
     let varmap = VarMap::new();
@@ -45,17 +45,11 @@ pub fn run() -> Result<f32> {
     let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
     let mut data = CachedDataset::new(device.clone());
     let mut last = 0.0;
-    let epochs = tensor_lifetime::loop_scope!("'epoch");
-    for epoch in 0..EPOCHS {
-        let _epoch = epochs.iteration();
-        let batches = tensor_lifetime::loop_scope!();
+    'epoch: for epoch in 0..EPOCHS {
         for b in 0..BATCHES {
-            let _batch = batches.iteration();
             let (x, y) = data.batch(epoch * BATCHES + b)?;
             let logits = model.forward(&x)?;
-            tensor_lifetime::tag!(logits);
             let loss = loss_fn(&logits, &y)?;
-            tensor_lifetime::tag!(loss);
             opt.backward_step(&loss)?;
             last = loss.to_scalar::<f32>()?;
         }

@@ -9,24 +9,19 @@ use candle_nn::{Optimizer, VarMap, SGD};
 pub const STEPS: usize = 12;
 
 /// Trains for [`STEPS`] steps, accumulating the loss for logging the wrong way.
+#[tensor_lifetime::track]
 pub fn run() -> Result<f32> {
     let device = Device::Cpu;
     let varmap = VarMap::new();
     let model = Mlp::new(&varmap, 64, &device)?;
     let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
     let mut total = Tensor::zeros((), DType::F32, &device)?;
-    let steps = tensor_lifetime::loop_scope!("'train");
-    for step in 0..STEPS {
-        let _it = steps.iteration();
+    'train: for step in 0..STEPS {
         let (x, y) = synthetic_batch(step, &device)?;
         let logits = model.forward(&x)?;
-        tensor_lifetime::tag!(logits);
         let loss = loss_fn(&logits, &y)?;
-        tensor_lifetime::tag!(loss);
         opt.backward_step(&loss)?;
         total = (total + &loss)?; // should be `loss.detach()`
-        tensor_lifetime::tag!(total);
     }
-    drop(steps);
     Ok(total.to_scalar::<f32>()? / STEPS as f32)
 }

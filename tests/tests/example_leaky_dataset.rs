@@ -18,7 +18,7 @@ fn cache_is_reported_as_a_leak() {
     assert_eq!(f["site"]["file"], "examples/src/leaky_dataset.rs");
     assert_eq!(
         f["site"]["line"],
-        line_of(source, "tensor_lifetime::tag!(x);")
+        line_of(source, "let (x, y) = synthetic_batch(step, &self.device)?;")
     );
     assert_eq!(f["survivors"], (EPOCHS * BATCHES) as u64);
     assert_eq!(f["bytes"], LEAKED_BYTES);

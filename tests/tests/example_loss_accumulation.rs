@@ -18,11 +18,14 @@ fn running_loss_carries_its_graph() {
     assert_eq!(f["site"]["file"], "examples/src/loss_accumulation.rs");
     assert_eq!(
         f["site"]["line"],
-        line_of(source, "tensor_lifetime::tag!(total);")
+        line_of(source, "total = (total + &loss)?;")
     );
     // Every step's total is still alive, held by the graph of the newest one.
     assert_eq!(f["survivors"], STEPS as u64);
-    assert!(f["graph_tensors"].as_u64().unwrap() >= 10 * STEPS as u64, "{f:#}");
+    assert!(
+        f["graph_tensors"].as_u64().unwrap() >= 10 * STEPS as u64,
+        "{f:#}"
+    );
     // The graph holds each step's logits (64 x 10 f32) at least.
     assert!(
         f["bytes"].as_u64().unwrap() >= (STEPS * 64 * 10 * 4) as u64,
@@ -36,6 +39,9 @@ fn running_loss_carries_its_graph() {
         .iter()
         .map(|s| s["label"].as_str().unwrap())
         .collect();
-    assert!(held.contains(&"loss") && held.contains(&"logits"), "{held:?}");
+    assert!(
+        held.contains(&"loss") && held.contains(&"logits"),
+        "{held:?}"
+    );
     assert!(findings_for(&json, "loss").is_empty());
 }

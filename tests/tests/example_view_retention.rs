@@ -17,7 +17,10 @@ fn kept_rows_pin_their_batches() {
     assert_eq!(f["kind"], "view_retention");
     assert_eq!(f["growing"], true);
     assert_eq!(f["site"]["file"], "examples/src/view_retention.rs");
-    assert_eq!(f["site"]["line"], line_of(source, "tensor_lifetime::tag!(row);"));
+    assert_eq!(
+        f["site"]["line"],
+        line_of(source, "let row = x.narrow(0, 0, 1)?;")
+    );
     assert_eq!(f["survivors"], STEPS as u64);
     assert_eq!(f["bytes"], STEPS as u64 * BATCH_BYTES);
     assert_eq!(f["view_bytes"], (STEPS * FEATURES * 4) as u64);
