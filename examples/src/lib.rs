@@ -12,6 +12,7 @@
 //! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
 //!   the memory statistics (pool rounding, `empty_cache`, release threshold).
 
+pub mod bench;
 pub mod clean_training;
 pub mod common;
 pub mod cuda_training;

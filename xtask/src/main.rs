@@ -3,6 +3,7 @@
 //! One module per task; `main` only dispatches. Errors print as `error: ...` with a
 //! non-zero exit (anyhow's `Result` from `main`).
 
+mod bench;
 mod cuda_toolkit;
 mod gpu_build;
 mod util;
@@ -23,6 +24,13 @@ tasks:
       generating the link stubs from the rlibs' undefined symbols, strip them and put
       them, gzip-compressed, in gpu-bin/ with gpu-bin/run.sh, ready to carry to the GPU
       host. By default: every examples/examples/cuda_*.rs and every benches/cuda_*.rs.
+  bench [--rounds N] [--small-steps N] [--mlp-steps N] [--device cpu|cuda] [--no-dhat]
+        [--records N] [--iterations N]
+      The overhead benchmark: builds bench_loops and bench_loops_dhat (release), runs the
+      small-tensor loop and the MLP step untracked, tracked, with TENSOR_LIFETIME=off and
+      under dhat-rs as paired processes interleaved round by round, prints medians and
+      ratios, then the tracker's memory per live record and over a long tracked loop.
+      Figures: docs/performance.md.
   help
       This text.
 ";
@@ -37,6 +45,7 @@ fn main() -> Result<()> {
     match task.as_str() {
         "cuda-toolkit" => cuda_toolkit::run(&rest),
         "gpu-build" => gpu_build::run(&rest),
+        "bench" => bench::run(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

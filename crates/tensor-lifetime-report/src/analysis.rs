@@ -324,11 +324,12 @@ impl Analysis {
     }
 
     /// Counts a tensor born at `site` (what [`Event::Born`] does, without the event).
-    pub fn note_born(&mut self, site: u32, bytes: u64) {
+    ///
+    /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
+    /// count each storage once; `bytes` is not added here.
+    pub fn note_born(&mut self, site: u32, _bytes: u64) {
         *self.born.entry(site).or_default() += 1;
         self.live_tensors += 1;
-        self.live_bytes += bytes;
-        self.peak_live_bytes = self.peak_live_bytes.max(self.live_bytes);
     }
 
     /// Counts a tensor found dropped (what [`Event::Dropped`] does).

@@ -63,9 +63,11 @@ fn sweeps(c: &mut Criterion) {
             let _it = scope.iteration();
             live_tensors(n)
         };
-        group.bench_with_input(BenchmarkId::new("iteration_end_survivors", n), &n, |b, _| {
-            b.iter(|| drop(scope.iteration()))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("iteration_end_survivors", n),
+            &n,
+            |b, _| b.iter(|| drop(scope.iteration())),
+        );
         drop(scope);
         drop(survivors);
         drop(kept);
@@ -76,7 +78,9 @@ fn sweeps(c: &mut Criterion) {
 
 fn reports(c: &mut Criterion) {
     let kept = live_tensors(10_000);
-    c.bench_function("report/10000_live", |b| b.iter(|| black_box(tensor_lifetime::report())));
+    c.bench_function("report/10000_live", |b| {
+        b.iter(|| black_box(tensor_lifetime::report()))
+    });
     drop(kept);
 }
 
@@ -116,7 +120,9 @@ fn event_log(c: &mut Criterion) {
         thread: 1,
     };
     let mut out = std::io::BufWriter::new(std::io::sink());
-    c.bench_function("event_log/born", |b| b.iter(|| born.write_line(&mut out).unwrap()));
+    c.bench_function("event_log/born", |b| {
+        b.iter(|| born.write_line(&mut out).unwrap())
+    });
     c.bench_function("event_log/iteration_end", |b| {
         b.iter(|| event.write_line(&mut out).unwrap())
     });

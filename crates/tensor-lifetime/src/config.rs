@@ -65,7 +65,9 @@ impl Config {
 }
 
 fn warn_env(var: &str, value: &str, accepted: &str, fallback: &str) {
-    eprintln!("tensor-lifetime: {var}={value:?} is not understood (accepted: {accepted}); {fallback}");
+    eprintln!(
+        "tensor-lifetime: {var}={value:?} is not understood (accepted: {accepted}); {fallback}"
+    );
 }
 
 #[cfg(test)]
@@ -101,7 +103,10 @@ mod tests {
 
     #[test]
     fn unknown_values_keep_defaults() {
-        let c = cfg(&[("TENSOR_LIFETIME", "maybe"), ("TENSOR_LIFETIME_REPORT", "pager")]);
+        let c = cfg(&[
+            ("TENSOR_LIFETIME", "maybe"),
+            ("TENSOR_LIFETIME_REPORT", "pager"),
+        ]);
         assert!(c.enabled);
         assert_eq!(c.report, ReportMode::Stderr);
     }

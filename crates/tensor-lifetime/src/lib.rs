@@ -66,12 +66,12 @@ mod tracker;
 mod weak;
 
 pub use error::{Error, Result};
+pub use leak_test::{assert_no_leaks, check_leaks, LeakTestOptions, LeakTestOutcome};
 pub use memory::{
     empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
     memory_stats, memory_summary, record_memory_sample, reset_peak, set_memory_monitor,
     set_release_threshold, MemoryStats,
 };
-pub use leak_test::{assert_no_leaks, check_leaks, LeakTestOptions, LeakTestOutcome};
 pub use scope::{Iteration, LoopScope};
 pub use site::{Site, SiteKind};
 pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};

@@ -4,9 +4,9 @@
 //! allocation: a record refers to its site by a small id assigned the first time the
 //! site is seen.
 
-pub use tensor_lifetime_report::event::SiteKind;
-use tensor_lifetime_report::event::SiteInfo;
 use std::sync::atomic::{AtomicU32, Ordering};
+use tensor_lifetime_report::event::SiteInfo;
+pub use tensor_lifetime_report::event::SiteKind;
 
 /// A static source location plus a label and a kind.
 ///

@@ -154,23 +154,34 @@ thread_local! {
     };
 }
 
-/// One tracked tensor.
+/// One tracked tensor. Kept small (80 bytes): frames, iterations and sessions are
+/// stored as `u32` (4 billion of each per process is beyond any run).
 #[derive(Debug)]
 struct Record {
     weak: WeakTensor,
     id: u64,
-    site: u32,
-    /// Latest store site (0: none).
-    store: u32,
-    frame: u64,
-    iteration: u64,
     storage: usize,
     storage_bytes: u64,
     view_bytes: u64,
-    session: u64,
+    frame: u32,
+    iteration: u32,
+    session: u32,
+    site: u32,
+    /// Latest store site (0: none).
+    store: u32,
     device: u16,
     /// It had an autograd op when tagged (ops never change afterwards).
     has_graph: bool,
+}
+
+impl Record {
+    fn frame(&self) -> u64 {
+        u64::from(self.frame)
+    }
+
+    fn iteration(&self) -> u64 {
+        u64::from(self.iteration)
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -544,9 +555,9 @@ impl Tracker {
         // Survivors of a nested loop now belong to the enclosing iteration.
         let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
         for r in st.records.values_mut() {
-            if r.frame == frame {
-                r.frame = new_frame;
-                r.iteration = new_iteration;
+            if r.frame() == frame {
+                r.frame = new_frame as u32;
+                r.iteration = new_iteration as u32;
             }
         }
         let t_ns = self.now_ns();
@@ -679,7 +690,7 @@ impl Tracker {
         let mut out: Vec<LiveTensor> = st
             .records
             .values()
-            .filter(|r| session.is_none_or(|s| r.session == s))
+            .filter(|r| session.is_none_or(|s| r.session as u64 == s))
             .map(|r| {
                 let site = st.sites[r.site as usize - 1];
                 let store = (r.store != 0).then(|| st.sites[r.store as usize - 1]);
@@ -947,12 +958,12 @@ impl State {
             id,
             site,
             store: if p.store { site } else { 0 },
-            frame: p.frame,
-            iteration: p.iteration,
+            frame: p.frame as u32,
+            iteration: p.iteration as u32,
             storage: p.storage,
             storage_bytes: p.storage_bytes,
             view_bytes: p.view_bytes,
-            session: p.session,
+            session: p.session as u32,
             device: p.device,
             has_graph: p.has_graph,
         };
@@ -976,7 +987,7 @@ impl State {
                 dead.push(*key);
                 continue;
             }
-            if Some(r.frame) == frame {
+            if Some(r.frame()) == frame {
                 survivors.push(*key);
             }
             claims
@@ -1014,7 +1025,11 @@ impl State {
         } else {
             self.survivors(&survivors, &claims)
         };
-        self.claims = claims;
+        // The claims table is rebuilt at every sweep; its capacity is kept for typical
+        // loops and given back when large, so steady-state memory is the records alone.
+        if claims.capacity() <= 8192 {
+            self.claims = claims;
+        }
         SweepResult {
             live_tensors: self.records.len() as u64,
             live_bytes,
@@ -1083,7 +1098,7 @@ impl State {
                 let (graph_tensors, graph_bytes) = graphs.get(&r.site).copied().unwrap_or_default();
                 out.push(SiteSweep {
                     site: r.site,
-                    first_iteration: r.iteration,
+                    first_iteration: r.iteration(),
                     graph_tensors,
                     graph_bytes,
                     ..SiteSweep::default()
@@ -1096,7 +1111,7 @@ impl State {
                 a.iterations += 1;
                 last_iteration = Some(r.iteration);
             }
-            a.last_iteration = r.iteration;
+            a.last_iteration = r.iteration();
             a.refcount = a.refcount.max(r.weak.strong_count() as u64);
             let claim = claims.get(&r.storage);
             let owns = claim.is_some_and(|c| c.owner == r.id);
@@ -1160,6 +1175,12 @@ mod tests {
             err.to_string(),
             "tensor-lifetime cannot track tensors: layout changed"
         );
+    }
+
+    #[test]
+    fn records_stay_small() {
+        // The memory budget is 128 bytes per live record, hash table overhead included.
+        assert!(std::mem::size_of::<Record>() <= 80, "{}", std::mem::size_of::<Record>());
     }
 
     #[test]

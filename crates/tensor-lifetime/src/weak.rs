@@ -163,10 +163,17 @@ mod tests {
         // Pretend the reinterpretation pointed somewhere else: the self-test must notice.
         static OTHER: std::sync::OnceLock<Tensor> = std::sync::OnceLock::new();
         fn wrong(_: &Tensor) -> &Arc<Inner> {
-            as_arc(OTHER.get_or_init(|| Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap()))
+            as_arc(
+                OTHER.get_or_init(|| {
+                    Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu).unwrap()
+                }),
+            )
         }
         let err = check_layout(wrong).unwrap_err().to_string();
-        assert!(err.contains("candle-core's Tensor layout is not the one"), "{err}");
+        assert!(
+            err.contains("candle-core's Tensor layout is not the one"),
+            "{err}"
+        );
         assert!(err.contains("does not point at the tensor"), "{err}");
         assert!(err.contains(">=0.11.1, <0.12"), "{err}");
     }

@@ -1,0 +1,237 @@
+//! The overhead benchmark behind `cargo xtask bench` (docs/performance.md).
+//!
+//! ```text
+//! bench_loops compare [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N] [--no-dhat]
+//! bench_loops run <small|mlp> <plain|tracked> [--device cpu|cuda] [--warmup N] [--steps N]
+//! bench_loops memory [--records N] [--iterations N]
+//! ```
+//!
+//! `compare` runs the variants as paired processes, interleaved round by round
+//! (untracked, tracked, off, dhat, untracked, ...), and prints the medians and ratios:
+//! untracked = the plain loop; tracked = the same loop under `#[track]`; off = the tracked
+//! binary with `TENSOR_LIFETIME=off`; dhat = the plain loop in `bench_loops_dhat`, with
+//! dhat-rs heap profiling running.
+//!
+//! `memory` measures tracker memory with a counting allocator: heap bytes per live
+//! tracked record, and heap bytes over many iterations of a tracked loop.
+
+use candle_core::{Device, Result};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::process::Command;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use tensor_lifetime_examples::bench::{self, Workload};
+
+/// Counts live heap bytes (used by `memory`; two atomic adds per allocation, the same for
+/// every variant).
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} needs a value")),
+        None => default,
+    }
+}
+
+fn device(args: &[String]) -> Result<Device> {
+    match arg(args, "--device", "cpu".to_string()).as_str() {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0),
+        other => panic!("--device {other}: expected cpu or cuda"),
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("run") => run(&args),
+        Some("compare") => compare(&args),
+        Some("memory") => memory(&args),
+        _ => {
+            eprintln!("usage: bench_loops compare|run|memory ... (see the file's docs)");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<()> {
+    let workload = match args.get(1).map(String::as_str) {
+        Some("small") => Workload::Small,
+        Some("mlp") => Workload::Mlp,
+        other => panic!("workload {other:?}: expected small or mlp"),
+    };
+    let tracked = match args.get(2).map(String::as_str) {
+        Some("plain") => false,
+        Some("tracked") => true,
+        other => panic!("variant {other:?}: expected plain or tracked"),
+    };
+    let device = device(args)?;
+    let warmup = arg(args, "--warmup", 5usize);
+    let steps = arg(args, "--steps", 50usize);
+    let mut times = bench::run(workload, tracked, &device, warmup, steps)?;
+    println!("median_ns {}", bench::median(&mut times));
+    Ok(())
+}
+
+struct Variant {
+    name: &'static str,
+    exe: std::path::PathBuf,
+    mode: &'static str,
+    env_off: bool,
+}
+
+fn compare(args: &[String]) -> Result<()> {
+    let rounds = arg(args, "--rounds", 5usize);
+    let dev = arg(args, "--device", "cpu".to_string());
+    let me = std::env::current_exe()?;
+    let dhat = me.with_file_name(format!("bench_loops_dhat{}", std::env::consts::EXE_SUFFIX));
+    let mut variants = vec![
+        Variant { name: "untracked", exe: me.clone(), mode: "plain", env_off: false },
+        Variant { name: "tracked", exe: me.clone(), mode: "tracked", env_off: false },
+        Variant { name: "off", exe: me.clone(), mode: "tracked", env_off: true },
+    ];
+    if !args.iter().any(|a| a == "--no-dhat") && dhat.exists() {
+        variants.push(Variant { name: "dhat", exe: dhat, mode: "plain", env_off: false });
+    }
+    println!(
+        "bench_loops compare: device {dev}, {rounds} rounds, variants interleaved as paired processes"
+    );
+    println!("{:<8} {:<10} {:>14} {:>13} {:>9}", "loop", "variant", "median/step", "vs untracked", "vs dhat");
+    for (workload, steps) in [
+        ("small", arg(args, "--small-steps", 30usize)),
+        ("mlp", arg(args, "--mlp-steps", 60usize)),
+    ] {
+        let mut samples: Vec<Vec<u64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (i, v) in variants.iter().enumerate() {
+                let mut cmd = Command::new(&v.exe);
+                cmd.args(["run", workload, v.mode, "--device", &dev, "--steps", &steps.to_string()]);
+                cmd.env("TENSOR_LIFETIME_REPORT", "off");
+                if v.env_off {
+                    cmd.env("TENSOR_LIFETIME", "off");
+                }
+                let out = cmd.output()?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let Some(ns) = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("median_ns "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                else {
+                    panic!(
+                        "{} {workload} failed: {}{}",
+                        v.name,
+                        text,
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                };
+                samples[i].push(ns);
+            }
+        }
+        let medians: Vec<u64> = samples.iter_mut().map(|s| bench::median(s)).collect();
+        let base = medians[0] as f64;
+        let dhat = variants.iter().position(|v| v.name == "dhat").map(|i| medians[i] as f64);
+        for (v, m) in variants.iter().zip(&medians) {
+            let vs_dhat = dhat.map_or("-".to_string(), |d| format!("{:.3}", *m as f64 / d));
+            println!(
+                "{:<8} {:<10} {:>11.3} ms {:>13.3} {:>9}",
+                workload,
+                v.name,
+                *m as f64 / 1e6,
+                *m as f64 / base,
+                vs_dhat
+            );
+        }
+    }
+    Ok(())
+}
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+fn memory(args: &[String]) -> Result<()> {
+    use candle_core::{DType, Tensor};
+    let records = arg(args, "--records", 100_000usize);
+    let iterations = arg(args, "--iterations", 1_000_000usize);
+    std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    tensor_lifetime::init().expect("tracking is on");
+
+    // Bytes per live record: the heap with N tensors alive, before and after tagging them.
+    let tensors: Vec<Tensor> = (0..records)
+        .map(|_| Tensor::zeros(1, DType::F32, &Device::Cpu))
+        .collect::<Result<_>>()?;
+    let _ = tensor_lifetime::report();
+    let before = live();
+    for t in &tensors {
+        tensor_lifetime::tag!(t);
+    }
+    let _ = tensor_lifetime::report(); // drains the probes into records
+    let after = live();
+    println!(
+        "memory: {records} live records: {:.1} bytes per record (heap {} -> {} bytes)",
+        (after - before) as f64 / records as f64,
+        before,
+        after
+    );
+    drop(tensors);
+    let _ = tensor_lifetime::report();
+
+    // Flat over a long tracked loop: sample the heap every tenth of the run.
+    let samples = memory_loop(iterations)?;
+    let min = samples.iter().map(|s| s.1).min().unwrap_or(0);
+    let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    for (i, bytes) in &samples {
+        println!("memory: after {i:>9} iterations: heap {bytes} bytes");
+    }
+    println!(
+        "memory: {iterations} iterations of the small-tensor op (randn 64x64, mul, tanh, add): heap range {} bytes (min {min}, max {max})",
+        max - min
+    );
+    Ok(())
+}
+
+#[tensor_lifetime::track]
+fn memory_loop(iterations: usize) -> Result<Vec<(usize, isize)>> {
+    use candle_core::{DType, Tensor};
+    let device = Device::Cpu;
+    let mut acc = Tensor::zeros((64, 64), DType::F32, &device)?;
+    let every = (iterations / 10).max(1);
+    let mut samples = Vec::new();
+    for i in 0..iterations {
+        let a = Tensor::randn(0f32, 1.0, (64, 64), &device)?;
+        let b = (&a * &a)?;
+        let c = b.tanh()?;
+        acc = (acc + c)?;
+        if (i + 1) % every == 0 {
+            samples.push((i + 1, live()));
+        }
+    }
+    drop(acc);
+    Ok(samples)
+}

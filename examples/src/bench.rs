@@ -1,0 +1,154 @@
+//! The loops `cargo xtask bench` measures (docs/performance.md), each compiled twice from
+//! one definition: plain, and under `#[tensor_lifetime::track]`.
+//!
+//! 1. small-tensor loop: per step 200 x (randn 64x64, mul, tanh, add), the shape of the
+//!    PyTorch `_record_memory_history` measurement in DESIGN.md;
+//! 2. MLP training step with candle-nn: 784-512-10, batch 256, an SGD step.
+
+use candle_core::{DType, Device, Result, Tensor, D};
+use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
+
+/// Inner iterations of one small-tensor step.
+pub const SMALL_OPS: usize = 200;
+
+macro_rules! small_step {
+    ($name:ident $(, #[$attr:meta])?) => {
+        /// One step of the small-tensor loop; returns the accumulated tensor.
+        $(#[$attr])?
+        pub fn $name(device: &Device) -> Result<Tensor> {
+            let mut acc = Tensor::zeros((64, 64), DType::F32, device)?;
+            for _ in 0..SMALL_OPS {
+                let a = Tensor::randn(0f32, 1.0, (64, 64), device)?;
+                let b = (&a * &a)?;
+                let c = b.tanh()?;
+                acc = (acc + c)?;
+            }
+            Ok(acc)
+        }
+    };
+}
+
+small_step!(small_step_plain);
+small_step!(small_step_tracked, #[tensor_lifetime::track]);
+
+/// The MLP of the benchmark.
+#[derive(Debug)]
+pub struct BenchMlp {
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl BenchMlp {
+    pub fn new(varmap: &VarMap, device: &Device) -> Result<BenchMlp> {
+        let vb = VarBuilder::from_varmap(varmap, DType::F32, device);
+        Ok(BenchMlp {
+            fc1: linear(784, 512, vb.pp("fc1"))?,
+            fc2: linear(512, 10, vb.pp("fc2"))?,
+        })
+    }
+}
+
+macro_rules! mlp_step {
+    ($name:ident $(, #[$attr:meta])?) => {
+        /// One training step: forward, cross-entropy, backward, SGD update.
+        $(#[$attr])?
+        pub fn $name(model: &BenchMlp, opt: &mut SGD, x: &Tensor, y: &Tensor) -> Result<f32> {
+            let h = model.fc1.forward(x)?.relu()?;
+            let logits = model.fc2.forward(&h)?;
+            let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+            let loss = candle_nn::loss::nll(&log_probs, y)?;
+            opt.backward_step(&loss)?;
+            loss.to_scalar::<f32>()
+        }
+    };
+}
+
+mlp_step!(mlp_step_plain);
+mlp_step!(mlp_step_tracked, #[tensor_lifetime::track]);
+
+/// A batch for the MLP step: inputs `(256, 784)` and labels `(256,)`.
+pub fn mlp_batch(device: &Device) -> Result<(Tensor, Tensor)> {
+    let x = Tensor::randn(0f32, 1.0, (256, 784), device)?;
+    let ys: Vec<u32> = (0..256u32).map(|i| i % 10).collect();
+    let y = Tensor::from_vec(ys, 256, device)?;
+    Ok((x, y))
+}
+
+/// Which loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Small,
+    Mlp,
+}
+
+/// Runs `steps` steps after `warmup` unmeasured ones, tracked or not, and returns the
+/// duration of each measured step in nanoseconds. The driving loop is tracked too in the
+/// tracked variant, as a user's training loop would be.
+pub fn run(
+    workload: Workload,
+    tracked: bool,
+    device: &Device,
+    warmup: usize,
+    steps: usize,
+) -> Result<Vec<u64>> {
+    let varmap = VarMap::new();
+    let mut mlp = match workload {
+        Workload::Mlp => {
+            let model = BenchMlp::new(&varmap, device)?;
+            let opt = SGD::new(varmap.all_vars(), 0.01)?;
+            Some((model, opt, mlp_batch(device)?))
+        }
+        Workload::Small => None,
+    };
+    let mut step = || -> Result<()> {
+        match (&mut mlp, tracked) {
+            (None, false) => drop(small_step_plain(device)?),
+            (None, true) => drop(small_step_tracked(device)?),
+            (Some((model, opt, (x, y))), false) => drop(mlp_step_plain(model, opt, x, y)?),
+            (Some((model, opt, (x, y))), true) => drop(mlp_step_tracked(model, opt, x, y)?),
+        }
+        device.synchronize()
+    };
+    if tracked {
+        drive_tracked(&mut step, warmup, steps)
+    } else {
+        drive_plain(&mut step, warmup, steps)
+    }
+}
+
+macro_rules! drive {
+    ($name:ident $(, #[$attr:meta])?) => {
+        $(#[$attr])?
+        fn $name(
+            step: &mut dyn FnMut() -> Result<()>,
+            warmup: usize,
+            steps: usize,
+        ) -> Result<Vec<u64>> {
+            let mut times = Vec::with_capacity(steps);
+            for i in 0..warmup + steps {
+                let t0 = std::time::Instant::now();
+                step()?;
+                if i >= warmup {
+                    times.push(t0.elapsed().as_nanos() as u64);
+                }
+            }
+            Ok(times)
+        }
+    };
+}
+
+drive!(drive_plain);
+drive!(drive_tracked, #[tensor_lifetime::track]);
+
+/// Median of a sample.
+pub fn median(values: &mut [u64]) -> u64 {
+    values.sort_unstable();
+    let n = values.len();
+    if n == 0 {
+        0
+    } else if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2
+    }
+}
