@@ -52,7 +52,8 @@ fn main() -> Result<()> {
     let mode: Mode = what.parse().map_err(candle_core::Error::Msg)?;
     let out = ex::train(&device, mode, &cfg)?;
     println!(
-        "{} steps, {:.2} ms/step (tracking on, one synchronize per step), final loss {:.4}",
+        "{} steps, {:.2} ms/step after the first (tracking on, one synchronize per step), \
+         final loss {:.4}",
         out.steps, out.step_ms, out.final_loss
     );
     println!("\n-- leak report --\n{}", out.report);
@@ -134,6 +135,10 @@ fn memory_findings_from_log() {
 }
 
 fn memory_checks(device: &Device, cfg: &Config) -> Result<()> {
+    if !device.is_cuda() {
+        println!("the memory checks need the CUDA pool: run them on a CUDA device");
+        return Ok(());
+    }
     println!("-- pool rounding: pool used grows by, per tensor of n bytes --");
     let sizes = [
         1usize,
@@ -182,22 +187,42 @@ fn memory_checks(device: &Device, cfg: &Config) -> Result<()> {
         );
     }
 
-    println!("\n-- release threshold vs step time (3 rounds x 30 steps each, alternating) --");
-    for batch in [cfg.batch, cfg.batch * 8] {
-        let c = Config { batch, ..*cfg };
-        memory::reset_peak(device).map_err(wrap)?;
-        let (zero, max) = ex::threshold_benchmark(device, &c, 3, 30)?;
-        let (z_mean, z_med) = ex::mean_median(&zero);
-        let (m_mean, m_med) = ex::mean_median(&max);
-        let peak = memory::memory_stats(device).map_err(wrap)?;
+    println!(
+        "\n-- release threshold vs step time (3 rounds x 30 steps per threshold, alternating; \
+         reserved = pool reserved right after each step, mean) --"
+    );
+    let line = |what: &str, zero: &ex::StepTimes, max: &ex::StepTimes| {
+        let (z_mean, z_med) = ex::mean_median(&zero.times);
+        let (m_mean, m_med) = ex::mean_median(&max.times);
         println!(
-            "batch {batch:>5}: threshold 0: mean {z_mean:.3} ms, median {z_med:.3} ms | \
-             threshold max: mean {m_mean:.3} ms, median {m_med:.3} ms | \
-             0 / max = {:.2}x (median) | pool used peak {:.1} MiB, reserved peak {:.1} MiB",
-            z_med / m_med,
-            peak.pool_used_peak.unwrap_or(0) as f64 / MIB,
-            peak.pool_reserved_peak.unwrap_or(0) as f64 / MIB,
+            "{what:<34} threshold 0: median {z_med:8.3} ms (mean {z_mean:8.3}), reserved {:7.1} MiB \
+             | max: median {m_med:8.3} ms (mean {m_mean:8.3}), reserved {:7.1} MiB | 0/max {:.2}x",
+            zero.reserved_after_step / MIB,
+            max.reserved_after_step / MIB,
+            z_med / m_med
         );
+    };
+    for (batch, sync) in [
+        (cfg.batch, ex::StepSync::Metric),
+        (cfg.batch * 8, ex::StepSync::Metric),
+        (cfg.batch, ex::StepSync::AfterDrop),
+        (cfg.batch * 8, ex::StepSync::AfterDrop),
+    ] {
+        let c = Config { batch, ..*cfg };
+        let (zero, max) = ex::threshold_benchmark(device, &c, sync, 3, 30)?;
+        line(&format!("MLP batch {batch}, sync {sync:?}"), &zero, &max);
+    }
+    for bytes in [64usize << 20, 1 << 30] {
+        let mut zero = ex::StepTimes::default();
+        let mut max = ex::StepTimes::default();
+        for _ in 0..3 {
+            for (threshold, acc) in [(0, &mut zero), (u64::MAX, &mut max)] {
+                let run = ex::alloc_benchmark(device, bytes, threshold, 30)?;
+                acc.times.extend(run.times);
+                acc.reserved_after_step += run.reserved_after_step / 3.0;
+            }
+        }
+        line(&format!("alloc+free {} MiB", bytes >> 20), &zero, &max);
     }
     let end = memory::memory_stats(device).map_err(wrap)?;
     println!("\n{}", memory::render_summary(&end));

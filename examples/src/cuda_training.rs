@@ -139,6 +139,7 @@ pub struct Outcome {
     pub mode: Mode,
     pub final_loss: f32,
     pub steps: usize,
+    /// Mean wall time of the steps after the first.
     pub step_ms: f64,
     /// The report after the loop (the tracker's judgement).
     pub report: Report,
@@ -148,8 +149,9 @@ pub struct Outcome {
     pub live: Vec<(String, u64)>,
 }
 
-/// Trains in `mode` on `device`. Memory samples are recorded every step in
-/// `untracked` mode (after the step's synchronize: `to_scalar`).
+/// Trains in `mode` on `device`. In `untracked` mode a memory sample is recorded after
+/// every step, once its tensors are dropped and the device synchronized (what the
+/// monitor does at iteration ends, settled).
 pub fn train(device: &Device, mode: Mode, cfg: &Config) -> Result<Outcome> {
     let varmap = VarMap::new();
     let model = Mlp::new(&varmap, cfg, device, mode == Mode::Untracked)?;
@@ -160,7 +162,7 @@ pub fn train(device: &Device, mode: Mode, cfg: &Config) -> Result<Outcome> {
     let mut running = Tensor::zeros((), DType::F32, device)?;
     tensor_lifetime::tag!(running);
     let mut final_loss = 0.0;
-    let started = Instant::now();
+    let mut started = Instant::now();
     let epochs = tensor_lifetime::loop_scope!("'epoch");
     for epoch in 0..cfg.epochs {
         let _epoch = epochs.iteration();
@@ -169,33 +171,42 @@ pub fn train(device: &Device, mode: Mode, cfg: &Config) -> Result<Outcome> {
             let _step = batches.iteration();
             let step = epoch * cfg.batches + b;
             let n = rows(cfg, step, mode == Mode::Untracked);
-            let x = Tensor::randn(0f32, 1f32, (n, cfg.features), device)?;
-            tensor_lifetime::tag!(x);
-            let y = labels(n, cfg.classes, step, device)?;
-            tensor_lifetime::tag!(y);
-            let logits = model.forward(&x)?;
-            tensor_lifetime::tag!(logits);
-            let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-            tensor_lifetime::tag!(log_probs);
-            let loss = candle_nn::loss::nll(&log_probs, &y)?;
-            tensor_lifetime::tag!(loss);
-            let grads = loss.backward()?;
-            opt.step(&grads)?;
-            if mode == Mode::Leaky {
-                tensor_lifetime::store!(x, "replay");
-                replay.push(x.clone());
-                running = (&running + &loss)?;
-                tensor_lifetime::tag!(running);
-            }
-            final_loss = loss.to_scalar::<f32>()?;
+            // The step's tensors live in this block.
+            final_loss = {
+                let x = Tensor::randn(0f32, 1f32, (n, cfg.features), device)?;
+                tensor_lifetime::tag!(x);
+                let y = labels(n, cfg.classes, step, device)?;
+                tensor_lifetime::tag!(y);
+                let logits = model.forward(&x)?;
+                tensor_lifetime::tag!(logits);
+                let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+                tensor_lifetime::tag!(log_probs);
+                let loss = candle_nn::loss::nll(&log_probs, &y)?;
+                tensor_lifetime::tag!(loss);
+                let grads = loss.backward()?;
+                opt.step(&grads)?;
+                if mode == Mode::Leaky {
+                    tensor_lifetime::store!(x, "replay");
+                    replay.push(x.clone());
+                    running = (&running + &loss)?;
+                    tensor_lifetime::tag!(running);
+                }
+                loss.to_scalar::<f32>()?
+            };
             if mode == Mode::Untracked {
+                device.synchronize()?;
                 memory::record_memory_sample(device).map_err(candle_core::Error::wrap)?;
+            }
+            if step == 0 {
+                // The first step loads the kernels (on a fresh GPU host, JIT-compiles
+                // candle's PTX): not a step time.
+                started = Instant::now();
             }
         }
     }
     drop(epochs);
     let steps = cfg.epochs * cfg.batches;
-    let step_ms = started.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let step_ms = started.elapsed().as_secs_f64() * 1e3 / (steps - 1).max(1) as f64;
     device.synchronize()?;
     let report = tensor_lifetime::report();
     let stats = memory::memory_stats(device).map_err(candle_core::Error::wrap)?;
@@ -257,34 +268,91 @@ pub fn empty_cache_demo(device: &Device, bytes: usize) -> Result<(MemoryStats, u
     Ok((cached, released, after))
 }
 
-/// Step times (ms, one per step) of a training step that synchronizes (`to_scalar`),
-/// under a release threshold of `threshold` bytes.
+/// Where a timed step synchronizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepSync {
+    /// `loss.to_scalar()` while the step's tensors are alive (the usual loop).
+    Metric,
+    /// A synchronize after the step's tensors are dropped (a loop that logs at the end
+    /// of each step): what the pool frees is free at the synchronize.
+    AfterDrop,
+}
+
+/// Step times of one run.
+#[derive(Debug, Clone, Default)]
+pub struct StepTimes {
+    /// Wall time of each step, ms.
+    pub times: Vec<f64>,
+    /// Mean pool reserved bytes right after each step.
+    pub reserved_after_step: f64,
+}
+
+/// Times training steps under a release threshold of `threshold` bytes.
 pub fn timed_steps(
     device: &Device,
     cfg: &Config,
     threshold: u64,
+    sync: StepSync,
     warmup: usize,
     steps: usize,
-) -> Result<Vec<f64>> {
-    memory::set_release_threshold(device, threshold).map_err(candle_core::Error::wrap)?;
+) -> Result<StepTimes> {
+    let wrap = candle_core::Error::wrap;
+    memory::set_release_threshold(device, threshold).map_err(wrap)?;
     let varmap = VarMap::new();
     let model = Mlp::new(&varmap, cfg, device, false)?;
     let mut opt = MomentumSgd::new(varmap.all_vars(), 0.01, 0.9);
-    let mut times = Vec::with_capacity(steps);
+    let mut out = StepTimes::default();
     for step in 0..warmup + steps {
         let t0 = Instant::now();
-        let x = Tensor::randn(0f32, 1f32, (cfg.batch, cfg.features), device)?;
-        let y = labels(cfg.batch, cfg.classes, step, device)?;
-        let log_probs = candle_nn::ops::log_softmax(&model.forward(&x)?, D::Minus1)?;
-        let loss = candle_nn::loss::nll(&log_probs, &y)?;
-        opt.step(&loss.backward()?)?;
-        let _ = loss.to_scalar::<f32>()?;
+        {
+            let x = Tensor::randn(0f32, 1f32, (cfg.batch, cfg.features), device)?;
+            let y = labels(cfg.batch, cfg.classes, step, device)?;
+            let log_probs = candle_nn::ops::log_softmax(&model.forward(&x)?, D::Minus1)?;
+            let loss = candle_nn::loss::nll(&log_probs, &y)?;
+            opt.step(&loss.backward()?)?;
+            if sync == StepSync::Metric {
+                let _ = loss.to_scalar::<f32>()?;
+            }
+        }
+        if sync == StepSync::AfterDrop {
+            device.synchronize()?;
+        }
         if step >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            out.times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let reserved = memory::memory_reserved(device).map_err(wrap)?.unwrap_or(0);
+            out.reserved_after_step += reserved as f64 / steps as f64;
         }
     }
-    memory::set_release_threshold(device, 0).map_err(candle_core::Error::wrap)?;
-    Ok(times)
+    memory::set_release_threshold(device, 0).map_err(wrap)?;
+    Ok(out)
+}
+
+/// Times `iters` rounds of: allocate `bytes` (zeroed), synchronize, drop, synchronize,
+/// under a release threshold of `threshold`: the pool's own cost, with nothing else.
+pub fn alloc_benchmark(
+    device: &Device,
+    bytes: usize,
+    threshold: u64,
+    iters: usize,
+) -> Result<StepTimes> {
+    let wrap = candle_core::Error::wrap;
+    memory::set_release_threshold(device, threshold).map_err(wrap)?;
+    let mut out = StepTimes::default();
+    for i in 0..iters + 2 {
+        let t0 = Instant::now();
+        let t = Tensor::zeros(bytes, DType::U8, device)?;
+        device.synchronize()?;
+        drop(t);
+        device.synchronize()?;
+        if i >= 2 {
+            out.times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let reserved = memory::memory_reserved(device).map_err(wrap)?.unwrap_or(0);
+            out.reserved_after_step += reserved as f64 / iters as f64;
+        }
+    }
+    memory::set_release_threshold(device, 0).map_err(wrap)?;
+    memory::empty_cache(device).map_err(wrap)?;
+    Ok(out)
 }
 
 /// Mean and median of step times.
@@ -297,17 +365,23 @@ pub fn mean_median(times: &[f64]) -> (f64, f64) {
 }
 
 /// Alternates runs of `steps` steps under threshold 0 and "keep everything", `rounds`
-/// times each (so drift hits both alike). Returns (all times at 0, all times at max).
+/// times each (so drift hits both alike). Returns (threshold 0, threshold max), the
+/// reserved bytes averaged over the rounds.
 pub fn threshold_benchmark(
     device: &Device,
     cfg: &Config,
+    sync: StepSync,
     rounds: usize,
     steps: usize,
-) -> Result<(Vec<f64>, Vec<f64>)> {
-    let (mut zero, mut max) = (Vec::new(), Vec::new());
+) -> Result<(StepTimes, StepTimes)> {
+    let (mut zero, mut max) = (StepTimes::default(), StepTimes::default());
     for _ in 0..rounds {
-        zero.extend(timed_steps(device, cfg, 0, 3, steps)?);
-        max.extend(timed_steps(device, cfg, u64::MAX, 3, steps)?);
+        for (threshold, acc) in [(0, &mut zero), (u64::MAX, &mut max)] {
+            let run = timed_steps(device, cfg, threshold, sync, 3, steps)?;
+            acc.times.extend(run.times);
+            acc.reserved_after_step += run.reserved_after_step / rounds as f64;
+        }
+        memory::empty_cache(device).map_err(candle_core::Error::wrap)?;
     }
     Ok((zero, max))
 }
