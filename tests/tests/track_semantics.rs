@@ -220,6 +220,19 @@ twice! {
         (a, b, state.history)
     }
 
+    /// Stores whose value is coerced by the container's type: trait objects, slices.
+    pub fn coercions() -> (u32, usize) {
+        let mut handlers: Vec<Box<dyn Fn(u32) -> u32>> = Vec::new();
+        handlers.push(Box::new(|x| x * 2));
+        let mut slots = Slots { current: Box::new(|x| x + 1), rows: Vec::new() };
+        slots.current = Box::new(|x| x + 10);
+        let row = [1.0f32, 2.0];
+        slots.rows.push(&row);
+        let mut lookup: HashMap<&str, &[f32]> = HashMap::new();
+        lookup.insert("row", &row);
+        ((slots.current)(handlers[0](1)), slots.rows[0].len() + lookup["row"].len())
+    }
+
     /// Closures, including `move` ones and loops inside closures.
     pub fn closures() -> (u32, Vec<u32>) {
         let base = 2;
@@ -305,6 +318,12 @@ twice! {
             }
         }
     }
+}
+
+#[allow(missing_debug_implementations)] // holds closures
+pub struct Slots<'a> {
+    pub current: Box<dyn Fn(u32) -> u32>,
+    pub rows: Vec<&'a [f32]>,
 }
 
 #[derive(Debug, Default)]
@@ -462,6 +481,12 @@ fn places_are_unchanged() {
         assert_eq!(tracked::places(input), plain::places(input));
     }
     assert_eq!(tracked::places(Some((1, 2))), (12, 1, vec![2]));
+}
+
+#[test]
+fn coercions_into_containers_still_apply() {
+    assert_eq!(tracked::coercions(), plain::coercions());
+    assert_eq!(tracked::coercions(), (12, 4));
 }
 
 #[test]
