@@ -221,6 +221,7 @@ twice! {
     }
 
     /// Stores whose value is coerced by the container's type: trait objects, slices.
+    #[allow(clippy::vec_init_then_push)]
     pub fn coercions() -> (u32, usize) {
         let mut handlers: Vec<Box<dyn Fn(u32) -> u32>> = Vec::new();
         handlers.push(Box::new(|x| x * 2));
