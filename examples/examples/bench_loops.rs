@@ -122,7 +122,7 @@ fn compare(args: &[String]) -> Result<()> {
     println!(
         "bench_loops compare: device {dev}, {rounds} rounds, variants interleaved as paired processes"
     );
-    println!("{:<8} {:<10} {:>14} {:>13} {:>9}", "loop", "variant", "median/step", "vs untracked", "vs dhat");
+    println!("{:<8} {:<10} {:>14} {:>13} {:>9}", "loop", "variant", "cpu/step", "vs untracked", "vs dhat");
     for (workload, steps) in [
         ("small", arg(args, "--small-steps", 30usize)),
         ("mlp", arg(args, "--mlp-steps", 60usize)),

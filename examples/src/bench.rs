@@ -82,8 +82,10 @@ pub enum Workload {
 }
 
 /// Runs `steps` steps after `warmup` unmeasured ones, tracked or not, and returns the
-/// duration of each measured step in nanoseconds. The driving loop is tracked too in the
-/// tracked variant, as a user's training loop would be.
+/// process CPU time of each measured step in nanoseconds (all threads: candle's CPU
+/// kernels are multi-threaded). CPU time rather than wall time: the benchmark machines are
+/// shared, and other processes' load changes wall time far more than CPU time. The
+/// driving loop is tracked too in the tracked variant, as a user's training loop would be.
 pub fn run(
     workload: Workload,
     tracked: bool,
@@ -126,10 +128,10 @@ macro_rules! drive {
         ) -> Result<Vec<u64>> {
             let mut times = Vec::with_capacity(steps);
             for i in 0..warmup + steps {
-                let t0 = std::time::Instant::now();
+                let t0 = cpu_time_ns();
                 step()?;
                 if i >= warmup {
-                    times.push(t0.elapsed().as_nanos() as u64);
+                    times.push(cpu_time_ns() - t0);
                 }
             }
             Ok(times)
@@ -139,6 +141,18 @@ macro_rules! drive {
 
 drive!(drive_plain);
 drive!(drive_tracked, #[tensor_lifetime::track]);
+
+/// CPU time of this process (all threads), in nanoseconds.
+pub fn cpu_time_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter; CLOCK_PROCESS_CPUTIME_ID is always supported
+    // on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Median of a sample.
 pub fn median(values: &mut [u64]) -> u64 {

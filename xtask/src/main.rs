@@ -25,11 +25,12 @@ tasks:
       them, gzip-compressed, in gpu-bin/ with gpu-bin/run.sh, ready to carry to the GPU
       host. By default: every examples/examples/cuda_*.rs and every benches/cuda_*.rs.
   bench [--rounds N] [--small-steps N] [--mlp-steps N] [--device cpu|cuda] [--no-dhat]
-        [--records N] [--iterations N]
+        [--no-callgrind] [--records N] [--iterations N]
       The overhead benchmark: builds bench_loops and bench_loops_dhat (release), runs the
       small-tensor loop and the MLP step untracked, tracked, with TENSOR_LIFETIME=off and
       under dhat-rs as paired processes interleaved round by round, prints medians and
-      ratios, then the tracker's memory per live record and over a long tracked loop.
+      ratios (CPU time), instructions per step under callgrind when valgrind is
+      installed, then the tracker's memory per live record and over a long tracked loop.
       Figures: docs/performance.md.
   help
       This text.
