@@ -217,7 +217,8 @@ fn wrong_item(item: &Item, attribute: &str, expected: &str) -> syn::Error {
         Item::Type(i) => ("a type alias", pair(&i.type_token, &i.ident)),
         Item::Use(i) => ("a use declaration", i.to_token_stream()),
         Item::Impl(i) => ("an impl block", pair(&i.impl_token, &i.self_ty)),
-        Item::Verbatim(tokens) if tokens.to_string().contains("fn") => {
+        // syn keeps `fn f();` (a trait method's signature) as verbatim tokens.
+        Item::Verbatim(tokens) if syn::parse2::<syn::TraitItemFn>(tokens.clone()).is_ok() => {
             ("a function without a body", tokens.clone())
         }
         other => ("this item", other.to_token_stream()),
@@ -649,11 +650,12 @@ fn is_pure_place(expr: &Expr) -> bool {
         }
         Expr::Field(f) => is_pure_place(&f.base),
         Expr::Index(i) => {
-            is_pure_place(&i.expr) && matches!(&*i.index, Expr::Lit(_)) || {
-                is_pure_place(&i.expr)
-                    && matches!(&*i.index, Expr::Path(_))
-                    && is_pure_place(&i.index)
-            }
+            let simple_index = match &*i.index {
+                Expr::Lit(_) => true,
+                index @ Expr::Path(_) => is_pure_place(index),
+                _ => false,
+            };
+            simple_index && is_pure_place(&i.expr)
         }
         Expr::Paren(p) => is_pure_place(&p.expr),
         Expr::Group(g) => is_pure_place(&g.expr),
@@ -897,6 +899,52 @@ mod tests {
             }
         ));
         assert_eq!(out.matches("enter_loop").count(), 1, "{out}");
+    }
+
+    #[test]
+    fn wrong_items_are_named() {
+        let out = expand(quote!(
+            fn forward(&self) -> Tensor;
+        ));
+        assert!(out.contains("not to a function without a body"), "{out}");
+        let out = expand(quote!(
+            enum Phase {
+                Train,
+            }
+        ));
+        assert!(out.contains("not to an enum"), "{out}");
+    }
+
+    #[test]
+    fn assignments_and_container_calls() {
+        let out = expand(quote!(
+            fn f(&mut self) {
+                total = (total + loss)?;
+                n += 1;
+                v[next()] += 1;
+                (a, b) = (b, a);
+                self.cache.extend(items);
+                make().extend(items);
+                map.entry(k).or_insert(t);
+                while let Some(batch) = rx.recv() {}
+            }
+        ));
+        assert!(out.contains("tagged ((total + loss) ?"), "{out}");
+        assert!(out.contains("tag (& n"), "{out}");
+        // `v[next()]` cannot be named twice: left alone.
+        assert!(out.contains("v [next ()] += 1 ;"), "{out}");
+        assert!(
+            out.contains("tag (& a") && out.contains("tag (& b"),
+            "{out}"
+        );
+        assert!(out.contains("store (& self . cache"), "{out}");
+        assert!(!out.contains("store (& make ()"), "{out}");
+        assert!(
+            out.contains("or_insert (:: tensor_lifetime :: __private :: stored (t"),
+            "{out}"
+        );
+        assert!(out.contains("\"map\""), "{out}");
+        assert!(out.contains("tag (& batch"), "{out}");
     }
 
     #[test]
