@@ -14,12 +14,14 @@
 //!
 //! candle's CUDA backend allocates every tensor with `cuMemAllocAsync` from the device's
 //! stream-ordered pool (cudarc does, whenever the device supports pools), so after a
-//! synchronize, with every tensor tracked, `pool_used` equals `tracked` up to the pool's
-//! rounding of each allocation (measured on an H200: see `docs/gpu.md`). The gaps explain
-//! the rest, and [`memory_summary`] prints them:
+//! synchronize, with every tensor tracked, `pool_used` equals `tracked`. Measured on an
+//! H200 (`docs/gpu.md`): to the byte; the pool's used counter counts the bytes asked for,
+//! with no rounding (from 1 B to 100 MB), and the pool's granularity shows in `reserved`
+//! instead (multiples of 32 MiB in every reading there). The gaps explain the rest, and
+//! [`memory_summary`] prints them:
 //!
-//! - **untracked** = pool used − tracked: tensors made outside tracked code, candle's
-//!   temporaries still queued, and the per-allocation rounding;
+//! - **untracked** = pool used − tracked: tensors made outside tracked code (or kept by
+//!   an autograd graph whose nodes are not tagged), and frees still queued on a stream;
 //! - **cached** = reserved − pool used: freed memory the pool keeps for reuse (how much
 //!   survives a synchronize is the release threshold's call); [`empty_cache`] returns it;
 //! - **outside the pool** = device used − reserved: the CUDA context, loaded kernels,
@@ -419,7 +421,7 @@ pub fn render_summary(s: &MemoryStats) -> String {
             "untracked",
             "= pool used - tracked",
             signed(u),
-            "tensors not tagged, candle temporaries, per-allocation rounding",
+            "tensors not tagged, or frees still queued (synchronize first)",
         );
     }
     if let Some(c) = s.cached() {
@@ -622,7 +624,7 @@ mod tests {
 | release threshold                |         0 B |           - |          - |
 | device used                      |     1.6 GiB |           - |  140.4 GiB |
 |--------------------------------------------------------------------------|
-  untracked = pool used - tracked      +12.0 MiB  tensors not tagged, candle temporaries, per-allocation rounding
+  untracked = pool used - tracked      +12.0 MiB  tensors not tagged, or frees still queued (synchronize first)
   cached    = reserved - pool used     756.0 MiB  freed, kept by the pool for reuse; empty_cache() returns it
   outside   = device used - reserved  +600.0 MiB  CUDA context, kernels, cuBLAS/cuRAND workspaces, other processes
 ";
