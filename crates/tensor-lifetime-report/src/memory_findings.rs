@@ -536,7 +536,9 @@ mod tests {
     fn growth_under_a_sawtooth_of_step_sizes_is_found() {
         // As measured on an H200 (docs/gpu.md): +15 MiB per step, and the step's own
         // tensors, from 0 to 40 MiB with the batch size, cycling every 14 steps.
-        let f = run_memory(61, |i| (160 * MIB, 300 * MIB + 15 * MIB * i + 3 * MIB * (i % 14)));
+        let f = run_memory(61, |i| {
+            (160 * MIB, 300 * MIB + 15 * MIB * i + 3 * MIB * (i % 14))
+        });
         assert_eq!(f.len(), 1, "{f:?}");
         // The sample at the end is just past a drop: still growing.
         assert!(f[0].bytes_per_iteration > 14 * MIB, "{:?}", f[0]);
