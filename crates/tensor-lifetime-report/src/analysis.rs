@@ -14,7 +14,10 @@
 //!
 //! 1. it has at least `k` growth events (`k = 3` by default), and
 //! 2. the latest growth event is recent: no older than `max(k, 2 x the mean gap between
-//!    growth events)` iterations.
+//!    growth events)` iterations, and
+//! 3. the count now is above the highest count before the latest growth event (a bounded
+//!    queue whose fill level reached a new high late, with thread timing, and is draining
+//!    now, is not growing).
 //!
 //! A bounded cache or window fills (growth events) and then stays flat; once it has been
 //! flat for that long it is not growing, whatever it did before. Gradient accumulation
@@ -30,9 +33,11 @@
 //! true for a `leak` and for a growing graph or view retention.
 //!
 //! When a nested loop frame ends, its growing sites wait for the enclosing frame's
-//! iteration to end: if by then none of the site's tensors survive, the growth was bounded
-//! by the enclosing iteration (per-epoch accumulation) and is dropped; otherwise it is
-//! confirmed. A frame with no enclosing frame confirms at its end.
+//! iteration to end: if by then the site's survivors at that level make a new high, the
+//! growth is confirmed; otherwise it was bounded by the enclosing iteration (per-epoch
+//! accumulation released at its end, or state that an inner loop rebuilds to the same
+//! height every iteration, such as per-parameter optimizer state) and is dropped, with
+//! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
 
 use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
@@ -70,6 +75,8 @@ pub struct Series {
     growth_events: u64,
     first_growth: u64,
     last_growth: u64,
+    /// The highest count before the latest growth event.
+    plateau: u64,
     /// The first sweep seen, to compute bytes per iteration.
     first: SiteSweep,
     first_iteration: u64,
@@ -87,6 +94,7 @@ impl Series {
                 }
                 self.growth_events += 1;
                 self.last_growth = iteration;
+                self.plateau = self.max;
             }
             self.max = count;
         }
@@ -107,11 +115,16 @@ impl Series {
 
     /// The leak rule (see the module docs) at `iteration`.
     pub fn growing(&self, iteration: u64, j: &Judgement) -> bool {
-        if self.growth_events < j.k.max(1) || self.current == 0 {
+        // A count back at or under the level it had before the latest growth event is
+        // not growing: a bounded queue that filled late and is draining.
+        if self.growth_events < j.k.max(1) || self.current <= self.plateau {
             return false;
         }
-        let mean_gap = (self.last_growth - self.first_growth) / (self.growth_events - 1).max(1);
-        let window = j.k.max(2 * mean_gap);
+        // Saturating: a corrupt or hand-made log (iterations going backwards, near
+        // u64::MAX) must not panic the reader (tests/adversarial_logs.rs).
+        let mean_gap =
+            self.last_growth.saturating_sub(self.first_growth) / (self.growth_events - 1).max(1);
+        let window = j.k.max(mean_gap.saturating_mul(2));
         iteration.saturating_sub(self.last_growth) < window
     }
 }
@@ -260,7 +273,7 @@ impl Analysis {
             return;
         };
         let j = frame.judgement;
-        frame.iterations = frame.iterations.max(iteration + 1);
+        frame.iterations = frame.iterations.max(iteration.saturating_add(1));
         let by_site: HashMap<u32, &SiteSweep> = sites.iter().map(|s| (s.site, s)).collect();
         for s in sites {
             frame.series.entry(s.site).or_insert_with(|| Series {
@@ -269,15 +282,30 @@ impl Analysis {
                 ..Series::default()
             });
         }
+        // This level's highs before this iteration, for the growth of nested frames.
+        let highs: HashMap<u32, u64> = frame
+            .pending
+            .iter()
+            .map(|(site, _)| (*site, frame.series.get(site).map_or(0, |s| s.max)))
+            .collect();
         for (site, series) in frame.series.iter_mut() {
             series.observe(iteration, by_site.get(site).copied(), &j);
         }
-        // Growth of nested frames that ended: confirmed if still alive at this level.
+        // Growth of nested frames that ended: confirmed if it makes a new high at this
+        // level too. Growth released by this iteration's end (per-epoch accumulation), or
+        // rebuilt to the same height each iteration (state that an inner loop over the
+        // parameters replaces every step), is bounded: not confirmed, and an earlier
+        // confirmation of it is withdrawn.
         for (site, mut verdict) in std::mem::take(&mut frame.pending) {
-            if by_site.get(&site).is_some_and(|s| s.survivors > 0) {
+            let key = (verdict.session, verdict.loop_site, site);
+            let survivors = by_site.get(&site).map_or(0, |s| s.survivors);
+            // Not in the warm-up iteration: state created once, lazily, in the first
+            // iteration (optimizer buffers) makes its only high there.
+            if iteration >= j.warmup && survivors > highs.get(&site).copied().unwrap_or(0) {
                 verdict.running = false;
-                self.confirmed
-                    .insert((verdict.session, verdict.loop_site, site), verdict);
+                self.confirmed.insert(key, verdict);
+            } else {
+                self.confirmed.remove(&key);
             }
         }
         if let Some(summary) = self.loops.get_mut(&frame.site) {
@@ -753,17 +781,23 @@ mod tests {
         a.apply(&site(2, "'batch"));
         a.apply(&site(1, "t"));
         a.apply(&start(1, 0, None));
-        let inner = 10;
-        a.apply(&start(inner, 2, Some(1)));
-        for b in 0..8 {
-            a.apply(&end(inner, b, vec![sweep(1, b + 1, 0, b)]));
+        for epoch in 0..2u64 {
+            let inner = 10 + epoch;
+            a.apply(&start(inner, 2, Some(1)));
+            for b in 0..8 {
+                a.apply(&end(inner, b, vec![sweep(1, b + 1, 0, b)]));
+            }
+            a.apply(&Event::LoopEnd {
+                t_ns: 0,
+                frame: inner,
+                iterations: 8,
+            });
+            a.apply(&end(1, epoch, vec![sweep(1, 8 * (epoch + 1), 0, epoch)]));
+            if epoch == 0 {
+                // The warm-up epoch confirms nothing (lazily created state grows there).
+                assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+            }
         }
-        a.apply(&Event::LoopEnd {
-            t_ns: 0,
-            frame: inner,
-            iterations: 8,
-        });
-        a.apply(&end(1, 0, vec![sweep(1, 8, 0, 0)]));
         let r = a.report();
         assert_eq!(r.findings.len(), 1);
         assert_eq!(r.findings[0].kind, FindingKind::Leak);

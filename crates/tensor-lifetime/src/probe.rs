@@ -57,6 +57,13 @@ fn visit<T: ?Sized>(value: &T, f: &mut dyn FnMut(&Tensor)) {
         Option<Tensor> => |v| if let Some(t) = v { f(t) };
         Result<Tensor, Error> => |v| if let Ok(t) = v { f(t) };
         Vec<Tensor> => |v| v.iter().for_each(|t| f(t));
+        &Vec<Tensor> => |v| v.iter().for_each(|t| f(t));
+        &mut Vec<Tensor> => |v| v.iter().for_each(|t| f(t));
+        &VecDeque<Tensor> => |v| v.iter().for_each(|t| f(t));
+        &mut VecDeque<Tensor> => |v| v.iter().for_each(|t| f(t));
+        &mut HashMap<String, Tensor> => |v| v.values().for_each(|t| f(t));
+        &mut HashMap<u64, Tensor> => |v| v.values().for_each(|t| f(t));
+        &mut HashMap<usize, Tensor> => |v| v.values().for_each(|t| f(t));
         Vec<Var> => |v| v.iter().for_each(|t| f(t.as_tensor()));
         Vec<Option<Tensor>> => |v| v.iter().flatten().for_each(|t| f(t));
         Vec<(Tensor, Tensor)> => |v| v.iter().for_each(|(a, b)| { f(a); f(b) });
@@ -113,6 +120,9 @@ mod tests {
         assert_eq!(seen(&Some(t.clone())), 1);
         assert_eq!(seen(&None::<Tensor>), 0);
         assert_eq!(seen(&vec![t.clone(), t.clone()]), 2);
+        let mut v = vec![t.clone()];
+        assert_eq!(seen(&&mut v), 1, "a borrowed container (extend on a &mut Vec)");
+        assert_eq!(seen(&&v), 1);
         assert_eq!(seen(&(t.clone(), t.clone())), 2);
         assert_eq!(seen(&candle_core::Result::Ok(t.clone())), 1);
         let mut m = HashMap::new();

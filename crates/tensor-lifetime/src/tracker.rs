@@ -55,6 +55,10 @@ static FAILURE: OnceLock<Option<String>> = OnceLock::new();
 /// The tracker, if tracking is on. Initializes it on first use.
 #[inline]
 pub(crate) fn active() -> Option<&'static Tracker> {
+    if !cfg!(feature = "tracking") {
+        // Compiled out: every probe folds away.
+        return None;
+    }
     match PHASE.load(Ordering::Acquire) {
         1 => TRACKER.get(),
         0 => init_slow(),
@@ -131,9 +135,11 @@ type Buffer = Arc<Mutex<Vec<Pending>>>;
 
 struct Local {
     buf: Buffer,
-    /// Open loop frames on this thread: (frame, current or next iteration).
-    stack: RefCell<Vec<(u64, u64)>>,
-    session: Cell<u64>,
+    /// Open loop frames on this thread: (frame, current or next iteration, creation
+    /// watermark: tensors with a smaller serial existed before the loop opened).
+    stack: RefCell<Vec<(u64, u64, u64)>>,
+    /// Leak-test session of this thread and the creation watermark when it began.
+    session: Cell<(u64, u64)>,
     thread: u64,
 }
 
@@ -148,7 +154,7 @@ thread_local! {
         Local {
             buf,
             stack: RefCell::new(Vec::new()),
-            session: Cell::new(0),
+            session: Cell::new((0, 0)),
             thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
         }
     };
@@ -233,6 +239,7 @@ pub(crate) struct Tracker {
     primary_frame: AtomicU64,
     primary_iteration: AtomicU64,
     primary_session: AtomicU64,
+    primary_watermark: AtomicU64,
     /// Judgement overrides of leak-test sessions: (warm-up, window).
     session_judgement: Mutex<HashMap<u64, (Option<u64>, Option<u64>)>>,
 }
@@ -352,6 +359,7 @@ impl Tracker {
             primary_frame: AtomicU64::new(0),
             primary_iteration: AtomicU64::new(0),
             primary_session: AtomicU64::new(0),
+            primary_watermark: AtomicU64::new(0),
             session_judgement: Mutex::new(HashMap::new()),
         }
     }
@@ -366,26 +374,33 @@ impl Tracker {
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
         let (storage, storage_bytes, view_bytes, device) = observe(t);
         let t_ns = self.now_ns();
+        let serial = weak::serial(t);
         let _ = LOCAL.try_with(|local| {
-            let (frame, iteration, session) = match local.stack.borrow().last() {
-                Some(&(frame, iteration)) => (frame, iteration, local.session.get()),
-                None => {
-                    let frame = self.primary_frame.load(Ordering::Acquire);
-                    if frame == 0 {
-                        (0, 0, local.session.get())
-                    } else {
-                        let session = match local.session.get() {
-                            0 => self.primary_session.load(Ordering::Relaxed),
-                            s => s,
-                        };
-                        (
-                            frame,
-                            self.primary_iteration.load(Ordering::Relaxed),
-                            session,
-                        )
-                    }
+            let (session, session_start) = local.session.get();
+            // A tensor created before its session began was not born in it.
+            let session = if serial >= session_start { session } else { 0 };
+            let stack = local.stack.borrow();
+            // Born in the innermost open loop that existed when it was created: a tensor
+            // first seen in a loop but created before it (weights, a dataset) was not
+            // born there.
+            let (frame, iteration, session) = if stack.is_empty() {
+                let frame = self.primary_frame.load(Ordering::Acquire);
+                if frame == 0 || serial < self.primary_watermark.load(Ordering::Relaxed) {
+                    (0, 0, session)
+                } else {
+                    let session = match session {
+                        0 => self.primary_session.load(Ordering::Relaxed),
+                        s => s,
+                    };
+                    (frame, self.primary_iteration.load(Ordering::Relaxed), session)
+                }
+            } else {
+                match stack.iter().rev().find(|f| f.2 <= serial) {
+                    Some(&(frame, iteration, _)) => (frame, iteration, session),
+                    None => (0, 0, session),
                 }
             };
+            drop(stack);
             local.buf.lock().push(Pending {
                 key: weak::key(t),
                 weak: WeakTensor::new(t),
@@ -426,12 +441,13 @@ impl Tracker {
     /// Opens a loop frame on this thread.
     pub(crate) fn open_loop(&'static self, site: &'static Site) -> u64 {
         let frame = self.next_frame.fetch_add(1, Ordering::Relaxed);
+        let watermark = weak::serial_watermark();
         let (parent, session, thread) = LOCAL
             .try_with(|l| {
                 let mut stack = l.stack.borrow_mut();
-                let parent = stack.last().copied();
-                stack.push((frame, 0));
-                (parent, l.session.get(), l.thread)
+                let parent = stack.last().map(|&(f, i, _)| (f, i));
+                stack.push((frame, 0, watermark));
+                (parent, l.session.get().0, l.thread)
             })
             .unwrap_or((None, 0, 0));
         if parent.is_none()
@@ -442,6 +458,7 @@ impl Tracker {
         {
             self.primary_iteration.store(0, Ordering::Relaxed);
             self.primary_session.store(session, Ordering::Relaxed);
+            self.primary_watermark.store(watermark, Ordering::Relaxed);
         }
         let now = Instant::now();
         let t_ns = self.now_ns();
@@ -1192,7 +1209,10 @@ mod tests {
     }
 }
 
-/// Thread-local session id (leak tests).
-pub(crate) fn set_session(session: u64) -> u64 {
-    LOCAL.try_with(|l| l.session.replace(session)).unwrap_or(0)
+/// Sets this thread's session (leak tests) and the creation watermark it starts at;
+/// returns the previous ones.
+pub(crate) fn set_session(session: (u64, u64)) -> (u64, u64) {
+    LOCAL
+        .try_with(|l| l.session.replace(session))
+        .unwrap_or((0, 0))
 }

@@ -77,6 +77,37 @@ pub(crate) fn key(tensor: &Tensor) -> usize {
     Arc::as_ptr(as_arc(tensor)) as usize
 }
 
+/// candle's creation serial of a tensor (its `TensorId`, from a process-wide counter that
+/// every new tensor increments; clones share it). Read through `TensorId`'s `Hash`, which
+/// hashes exactly its counter value: no `unsafe`.
+#[inline]
+pub(crate) fn serial(tensor: &Tensor) -> u64 {
+    use std::hash::{Hash, Hasher};
+    struct Capture(u64);
+    impl Hasher for Capture {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 = (self.0 << 8) | u64::from(*b);
+            }
+        }
+        fn write_usize(&mut self, n: usize) {
+            self.0 = n as u64;
+        }
+    }
+    let mut h = Capture(0);
+    tensor.id().hash(&mut h);
+    h.0
+}
+
+/// A serial no tensor created before this call has: tensors with a smaller serial existed
+/// already (the creation watermark of a loop).
+pub(crate) fn serial_watermark() -> u64 {
+    Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).map_or(0, |t| serial(&t))
+}
+
 fn from_arc(arc: Arc<Inner>) -> Tensor {
     // SAFETY: same layout as above; the `Arc`'s ownership moves into the `Tensor`, which
     // releases it on drop exactly as the `Arc` would have.
@@ -136,6 +167,11 @@ fn check_layout(as_arc: fn(&Tensor) -> &Arc<Inner>) -> Result<(), LayoutMismatch
     }
     if weak.strong_count() != 1 {
         return fail("an upgraded handle did not release its reference");
+    }
+    let later = Tensor::zeros(1, candle_core::DType::F32, &Device::Cpu)
+        .map_err(|e| LayoutMismatch(format!("cannot create a test tensor: {e}")))?;
+    if serial(&later) <= serial(&t) || serial(&t.clone()) != serial(&t) {
+        return fail("tensor ids are not increasing creation serials");
     }
     drop(t);
     if weak.strong_count() != 0 || weak.upgrade().is_some() {
