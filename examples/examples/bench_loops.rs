@@ -40,7 +40,10 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -112,17 +115,48 @@ fn compare(args: &[String]) -> Result<()> {
     let me = std::env::current_exe()?;
     let dhat = me.with_file_name(format!("bench_loops_dhat{}", std::env::consts::EXE_SUFFIX));
     let mut variants = vec![
-        Variant { name: "untracked", exe: me.clone(), mode: "plain", env_off: false },
-        Variant { name: "tracked", exe: me.clone(), mode: "tracked", env_off: false },
-        Variant { name: "off", exe: me.clone(), mode: "tracked", env_off: true },
+        Variant {
+            name: "untracked",
+            exe: me.clone(),
+            mode: "plain",
+            env_off: false,
+        },
+        Variant {
+            name: "tracked",
+            exe: me.clone(),
+            mode: "tracked",
+            env_off: false,
+        },
+        Variant {
+            name: "off",
+            exe: me.clone(),
+            mode: "tracked",
+            env_off: true,
+        },
     ];
     if !args.iter().any(|a| a == "--no-dhat") && dhat.exists() {
-        variants.push(Variant { name: "dhat", exe: dhat, mode: "plain", env_off: false });
+        variants.push(Variant {
+            name: "dhat",
+            exe: dhat,
+            mode: "plain",
+            env_off: false,
+        });
     }
     println!(
         "bench_loops compare: device {dev}, {rounds} rounds, variants interleaved as paired processes"
     );
-    println!("{:<8} {:<10} {:>14} {:>13} {:>9}", "loop", "variant", "cpu/step", "vs untracked", "vs dhat");
+    println!(
+        "{:<8} {:<10} {:>14} {:>13} {:>9}",
+        "loop",
+        "variant",
+        if dev == "cpu" {
+            "cpu/step"
+        } else {
+            "wall/step"
+        },
+        "vs untracked",
+        "vs dhat"
+    );
     for (workload, steps) in [
         ("small", arg(args, "--small-steps", 30usize)),
         ("mlp", arg(args, "--mlp-steps", 60usize)),
@@ -131,7 +165,15 @@ fn compare(args: &[String]) -> Result<()> {
         for _ in 0..rounds {
             for (i, v) in variants.iter().enumerate() {
                 let mut cmd = Command::new(&v.exe);
-                cmd.args(["run", workload, v.mode, "--device", &dev, "--steps", &steps.to_string()]);
+                cmd.args([
+                    "run",
+                    workload,
+                    v.mode,
+                    "--device",
+                    &dev,
+                    "--steps",
+                    &steps.to_string(),
+                ]);
                 cmd.env("TENSOR_LIFETIME_REPORT", "off");
                 if v.env_off {
                     cmd.env("TENSOR_LIFETIME", "off");
@@ -155,7 +197,10 @@ fn compare(args: &[String]) -> Result<()> {
         }
         let medians: Vec<u64> = samples.iter_mut().map(|s| bench::median(s)).collect();
         let base = medians[0] as f64;
-        let dhat = variants.iter().position(|v| v.name == "dhat").map(|i| medians[i] as f64);
+        let dhat = variants
+            .iter()
+            .position(|v| v.name == "dhat")
+            .map(|i| medians[i] as f64);
         for (v, m) in variants.iter().zip(&medians) {
             let vs_dhat = dhat.map_or("-".to_string(), |d| format!("{:.3}", *m as f64 / d));
             println!(

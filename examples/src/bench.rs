@@ -82,10 +82,11 @@ pub enum Workload {
 }
 
 /// Runs `steps` steps after `warmup` unmeasured ones, tracked or not, and returns the
-/// process CPU time of each measured step in nanoseconds (all threads: candle's CPU
-/// kernels are multi-threaded). CPU time rather than wall time: the benchmark machines are
-/// shared, and other processes' load changes wall time far more than CPU time. The
-/// driving loop is tracked too in the tracked variant, as a user's training loop would be.
+/// time of each measured step in nanoseconds: on CPU the process CPU time (all threads:
+/// candle's CPU kernels are multi-threaded), since the benchmark machines are shared and
+/// other processes' load changes wall time far more than CPU time; on a GPU the wall time.
+/// The driving loop is tracked too in the tracked variant, as a user's training loop
+/// would be.
 pub fn run(
     workload: Workload,
     tracked: bool,
@@ -111,10 +112,17 @@ pub fn run(
         }
         device.synchronize()
     };
-    if tracked {
-        drive_tracked(&mut step, warmup, steps)
+    // On a GPU the CPU waits for the device in `synchronize`: wall time is the measure
+    // (the GPU host is not shared).
+    let clock = if device.is_cpu() {
+        cpu_time_ns
     } else {
-        drive_plain(&mut step, warmup, steps)
+        wall_time_ns
+    };
+    if tracked {
+        drive_tracked(&mut step, clock, warmup, steps)
+    } else {
+        drive_plain(&mut step, clock, warmup, steps)
     }
 }
 
@@ -123,15 +131,16 @@ macro_rules! drive {
         $(#[$attr])?
         fn $name(
             step: &mut dyn FnMut() -> Result<()>,
+            clock: fn() -> u64,
             warmup: usize,
             steps: usize,
         ) -> Result<Vec<u64>> {
             let mut times = Vec::with_capacity(steps);
             for i in 0..warmup + steps {
-                let t0 = cpu_time_ns();
+                let t0 = clock();
                 step()?;
                 if i >= warmup {
-                    times.push(cpu_time_ns() - t0);
+                    times.push(clock() - t0);
                 }
             }
             Ok(times)
@@ -152,6 +161,15 @@ pub fn cpu_time_ns() -> u64 {
     // on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Monotonic wall time in nanoseconds.
+pub fn wall_time_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 /// Median of a sample.

@@ -40,6 +40,7 @@
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
 
 use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
+use crate::memory_findings::MemoryFindings;
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
 use std::collections::{BTreeMap, HashMap};
 
@@ -121,7 +122,7 @@ impl Series {
             return false;
         }
         // Saturating: a corrupt or hand-made log (iterations going backwards, near
-        // u64::MAX) must not panic the reader (tests/adversarial_logs.rs).
+        // u64::MAX) must not panic the reader (tests/judgement_regressions.rs).
         let mean_gap =
             self.last_growth.saturating_sub(self.first_growth) / (self.growth_events - 1).max(1);
         let window = j.k.max(mean_gap.saturating_mul(2));
@@ -172,6 +173,8 @@ pub struct Analysis {
     live_bytes: u64,
     peak_live_bytes: u64,
     memory: BTreeMap<String, MemorySample>,
+    /// Untracked growth and shape churn, judged from memory samples and births.
+    memory_findings: MemoryFindings,
 }
 
 impl Analysis {
@@ -194,6 +197,9 @@ impl Analysis {
 
     /// Applies one event.
     pub fn apply(&mut self, event: &Event) {
+        if !matches!(event, Event::Born { .. }) {
+            self.memory_findings.apply(event);
+        }
         match event {
             Event::Header { .. } | Event::Alias { .. } | Event::Stored { .. } => {}
             Event::Site { id, info } => {
@@ -241,7 +247,18 @@ impl Analysis {
                 summary.runs += 1;
                 summary.running += 1;
             }
-            Event::Born { site, bytes, .. } => self.note_born(*site, *bytes),
+            Event::Born {
+                site,
+                frame,
+                iteration,
+                bytes,
+                shape,
+                ..
+            } => {
+                self.note_born(*site, *bytes);
+                self.memory_findings
+                    .born(*site, *frame, *iteration, *bytes, shape.as_ref());
+            }
             Event::Dropped { .. } => self.note_dropped(),
             Event::IterationEnd {
                 frame,
@@ -360,6 +377,14 @@ impl Analysis {
         self.live_tensors += 1;
     }
 
+    /// A birth with what the memory findings need (what [`Event::Born`] does, without
+    /// building the event).
+    pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
+        self.note_born(site, bytes);
+        self.memory_findings
+            .born(site, frame, iteration, bytes, None);
+    }
+
     /// Counts a tensor found dropped (what [`Event::Dropped`] does).
     pub fn note_dropped(&mut self) {
         self.live_tensors = self.live_tensors.saturating_sub(1);
@@ -473,6 +498,9 @@ impl Analysis {
                 self.finding(site, kind, &verdict, held_sites)
             })
             .collect();
+        if session.is_none() {
+            findings.extend(self.memory_findings.findings(|id| self.sites.get(&id)));
+        }
         findings.sort_by(|a, b| {
             (
                 !a.is_leak(),

@@ -178,7 +178,8 @@ impl MemoryFindings {
         }
     }
 
-    fn born(
+    /// A tensor born at `site` (what [`Event::Born`] does; `shape` may be unknown).
+    pub fn born(
         &mut self,
         site: u32,
         frame: Option<u64>,

@@ -510,23 +510,23 @@ fn monitor_from_env(value: Option<&str>) -> u64 {
 }
 
 /// Iteration ends seen by the monitor.
-// Until the tracker calls `monitor_tick` from `end_iteration` (pending wiring).
-#[allow(dead_code)]
 static MONITOR_STEPS: AtomicU64 = AtomicU64::new(0);
 
 /// Called by the tracker at every iteration end (any loop frame), with the tracked (live,
 /// peak) bytes of every device it has seen. When the monitor is due, samples each device,
 /// logs it through `tracing` and returns the samples for the event log (`Event::Memory`).
 /// Needs no tracker lock (the caller may hold it); costs one atomic increment when off.
-#[allow(dead_code)] // pending wiring, as MONITOR_STEPS
-pub(crate) fn monitor_tick(devices: &[(String, u64, u64)]) -> Vec<(String, MemorySample)> {
+pub(crate) fn monitor_tick(
+    devices: impl FnOnce() -> Vec<(String, u64, u64)>,
+) -> Vec<(String, MemorySample)> {
     let step = MONITOR_STEPS.fetch_add(1, Ordering::Relaxed) + 1;
     let every = memory_monitor();
     if every == 0 || step % every != 0 {
         return Vec::new();
     }
+    let devices = devices();
     let mut out = Vec::with_capacity(devices.len());
-    for (key, live, peak) in devices {
+    for (key, live, peak) in &devices {
         match stats_with_tracked(None, key, *live, *peak, true) {
             Ok(s) => {
                 tracing::info!(

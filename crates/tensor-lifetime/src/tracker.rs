@@ -70,7 +70,7 @@ pub(crate) fn active() -> Option<&'static Tracker> {
 fn init_slow() -> Option<&'static Tracker> {
     let tracker = TRACKER.get_or_init(|| {
         let config = Config::from_env();
-        let (phase, failure) = decide(&config, || weak::self_test());
+        let (phase, failure) = decide(&config, weak::self_test);
         if let Some(why) = &failure {
             eprintln!("tensor-lifetime: tracking disabled: {why}");
         }
@@ -129,6 +129,9 @@ pub(crate) struct Pending {
     view_bytes: u64,
     device: u16,
     has_graph: bool,
+    dtype: candle_core::DType,
+    /// The shape, captured only when an event log is written (it allocates).
+    dims: Option<Vec<usize>>,
 }
 
 type Buffer = Arc<Mutex<Vec<Pending>>>;
@@ -226,6 +229,9 @@ struct State {
     log_error: bool,
 }
 
+/// A leak-test session's (warm-up, window) overrides.
+type JudgementOverride = (Option<u64>, Option<u64>);
+
 /// The process-wide tracker.
 pub(crate) struct Tracker {
     config: Config,
@@ -241,7 +247,7 @@ pub(crate) struct Tracker {
     primary_session: AtomicU64,
     primary_watermark: AtomicU64,
     /// Judgement overrides of leak-test sessions: (warm-up, window).
-    session_judgement: Mutex<HashMap<u64, (Option<u64>, Option<u64>)>>,
+    session_judgement: Mutex<HashMap<u64, JudgementOverride>>,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -392,7 +398,11 @@ impl Tracker {
                         0 => self.primary_session.load(Ordering::Relaxed),
                         s => s,
                     };
-                    (frame, self.primary_iteration.load(Ordering::Relaxed), session)
+                    (
+                        frame,
+                        self.primary_iteration.load(Ordering::Relaxed),
+                        session,
+                    )
                 }
             } else {
                 match stack.iter().rev().find(|f| f.2 <= serial) {
@@ -416,6 +426,8 @@ impl Tracker {
                 view_bytes,
                 device,
                 has_graph: t.track_op() && !t.is_variable(),
+                dtype: t.dtype(),
+                dims: self.config.log.is_some().then(|| t.dims().to_vec()),
             });
         });
     }
@@ -535,6 +547,20 @@ impl Tracker {
         };
         let duration_ns = fs.iteration_started.elapsed().as_nanos() as u64;
         let outermost = fs.parent.is_none();
+        // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
+        let samples = crate::memory::monitor_tick(|| {
+            st.devices
+                .iter()
+                .map(|(c, d)| (device_name(*c), d.live, d.peak))
+                .collect()
+        });
+        for (device, sample) in samples {
+            st.emit(Event::Memory {
+                t_ns,
+                device,
+                sample,
+            });
+        }
         st.emit(Event::IterationEnd {
             t_ns,
             frame,
@@ -675,6 +701,15 @@ impl Tracker {
         // aliases. Keys cannot be reused meanwhile: the pending entries hold weak handles,
         // which keep the address allocated until `taken` drops.
         let mut dead_seen = HashSet::new();
+        // In the order the probes were made, across threads: a tensor made on a worker or
+        // loader thread and seen by the training thread right after keeps the worker's
+        // site as its creation site, whichever thread's buffer is drained first. Each
+        // buffer is in time order already; the stable sort keeps it for equal times.
+        if taken.len() > 1 {
+            let mut all: Vec<Pending> = taken.drain(..).flatten().collect();
+            all.sort_by_key(|p| p.t_ns);
+            taken.push(all);
+        }
         for batch in &mut taken {
             for p in batch.drain(..) {
                 st.merge(p, log, &mut dead_seen);
@@ -926,16 +961,15 @@ impl State {
         let id = self.next_record;
         self.next_record += 1;
         self.totals.entry(site).or_default().born += 1;
-        self.analysis.note_born(site, p.storage_bytes);
         let alive = p.weak.strong_count() > 0;
+        if !log {
+            let frame = (p.frame != 0).then_some(p.frame);
+            self.analysis
+                .note_born_at(site, frame, p.iteration, p.storage_bytes);
+        }
         if log {
-            let (shape, dtype) = match p.weak.upgrade() {
-                Some(t) => (
-                    Some(t.dims().to_vec()),
-                    format!("{:?}", t.dtype()).to_lowercase(),
-                ),
-                None => (None, String::new()),
-            };
+            let shape = p.dims.clone();
+            let dtype = p.dtype.as_str().to_string();
             let (frame, iteration) = (p.frame, p.iteration);
             self.emit(Event::Born {
                 t_ns: p.t_ns,
@@ -1070,7 +1104,7 @@ impl State {
             .copied()
             .collect();
         if !roots.is_empty() {
-            roots.sort_unstable_by(|a, b| b.1.id.cmp(&a.1.id));
+            roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
             let by_key: FastMap<usize, u64> = survivors.iter().map(|(k, r)| (*k, r.id)).collect();
             for (own_key, r) in roots {
                 if graph_held.contains_key(&r.id) {
@@ -1175,6 +1209,14 @@ fn finish_holders(site: Option<&mut SiteSweep>, holders: &mut Vec<(HolderSpec, u
     holders.clear();
 }
 
+/// Sets this thread's session (leak tests) and the creation watermark it starts at;
+/// returns the previous ones.
+pub(crate) fn set_session(session: (u64, u64)) -> (u64, u64) {
+    LOCAL
+        .try_with(|l| l.session.replace(session))
+        .unwrap_or((0, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1197,7 +1239,11 @@ mod tests {
     #[test]
     fn records_stay_small() {
         // The memory budget is 128 bytes per live record, hash table overhead included.
-        assert!(std::mem::size_of::<Record>() <= 80, "{}", std::mem::size_of::<Record>());
+        assert!(
+            std::mem::size_of::<Record>() <= 80,
+            "{}",
+            std::mem::size_of::<Record>()
+        );
     }
 
     #[test]
@@ -1207,12 +1253,4 @@ mod tests {
         assert_eq!(phase, Phase::Off);
         assert!(why.is_none());
     }
-}
-
-/// Sets this thread's session (leak tests) and the creation watermark it starts at;
-/// returns the previous ones.
-pub(crate) fn set_session(session: (u64, u64)) -> (u64, u64) {
-    LOCAL
-        .try_with(|l| l.session.replace(session))
-        .unwrap_or((0, 0))
 }
