@@ -37,9 +37,12 @@ Examples:
 Exit codes: 0 done, 1 `diff --fail-on-increase` found growth, 2 bad input or error.";
 
 /// Tensor lifetime analyzer for candle: reads the event log of a tracked run.
+///
+/// `pub(crate)`: the fuzz target `fuzz/fuzz_targets/cli_options.rs` compiles this file as
+/// a module and parses arbitrary command lines with it.
 #[derive(Debug, Parser)]
 #[command(name = "tensor-lifetime", version, after_help = EXAMPLES)]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }

@@ -48,6 +48,9 @@ impl std::error::Error for ParseSizeError {}
 ///
 /// Decimal units (`KB`, `MB`, `GB`) are powers of 1000, binary units (`KiB`, `MiB`, `GiB`)
 /// powers of 1024. Case is ignored; whitespace between number and unit is optional.
+///
+/// The arithmetic is exact (integers, not floating point): `"1.1 KB"` is 1100 bytes,
+/// `"18446744073709551615"` is `u64::MAX` and one more is too large.
 pub fn parse_size(input: &str) -> Result<u64, ParseSizeError> {
     let err = |reason| ParseSizeError {
         input: input.to_string(),
@@ -65,27 +68,42 @@ pub fn parse_size(input: &str) -> Result<u64, ParseSizeError> {
     if num.is_empty() {
         return Err(err("missing number"));
     }
-    let value: f64 = num.parse().map_err(|_| err("not a number"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" => 1e12,
-        "tib" => 1024f64.powi(4),
+    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1000u128.pow(2),
+        "mib" => 1 << 20,
+        "g" | "gb" => 1000u128.pow(3),
+        "gib" => 1 << 30,
+        "t" | "tb" => 1000u128.pow(4),
+        "tib" => 1 << 40,
         _ => return Err(err("unknown unit")),
     };
-    let bytes = value * mult;
-    if !bytes.is_finite() || bytes > u64::MAX as f64 {
+    let (int, frac) = num.split_once('.').unwrap_or((&num, ""));
+    if frac.contains('.') || (int.is_empty() && frac.is_empty()) {
+        return Err(err("not a number"));
+    }
+    // Digits only from here; a number of more than 20 digits exceeds u64 anyway.
+    let frac = frac.trim_end_matches('0');
+    let int = int.trim_start_matches('0');
+    if int.len() > 20 {
         return Err(err("too large"));
     }
-    if bytes.fract() != 0.0 {
+    if frac.len() > 24 {
         return Err(err("not a whole number of bytes"));
     }
-    Ok(bytes as u64)
+    let digits = |d: &str| d.parse::<u128>().unwrap_or(0);
+    let scale = 10u128.pow(frac.len() as u32);
+    let frac_bytes = digits(frac) * mult;
+    if frac_bytes % scale != 0 {
+        return Err(err("not a whole number of bytes"));
+    }
+    digits(int)
+        .checked_mul(mult)
+        .and_then(|b| b.checked_add(frac_bytes / scale))
+        .and_then(|b| u64::try_from(b).ok())
+        .ok_or_else(|| err("too large"))
 }
 
 #[cfg(test)]
@@ -120,5 +138,27 @@ mod tests {
         assert!(parse_size("1.5 B").is_err());
         assert!(parse_size("1e400 GiB").is_err());
         assert!(parse_size("-1 MiB").is_err());
+        assert!(parse_size("1.2.3 KiB").is_err());
+        assert!(parse_size(". KiB").is_err());
+    }
+
+    /// Found by the `cli_options` fuzz target (fuzz/): sizes went through `f64`, so
+    /// 2^64 parsed as `u64::MAX`, large byte counts were rounded and `1.1 KB` was not a
+    /// whole number of bytes.
+    #[test]
+    fn parses_exactly() {
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        let e = parse_size("18446744073709551616").unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+        assert!(parse_size("17179869184 GiB").is_err());
+        assert_eq!(parse_size("9007199254740993"), Ok(9_007_199_254_740_993));
+        assert_eq!(parse_size("1.1 KB"), Ok(1100));
+        assert_eq!(parse_size("0.001 KB"), Ok(1));
+        assert_eq!(parse_size("2.50 MB"), Ok(2_500_000));
+        assert_eq!(parse_size("16 TiB"), Ok(16 << 40));
+        assert_eq!(parse_size("000000000000000000000000042"), Ok(42));
+        assert_eq!(parse_size(".5 KiB"), Ok(512));
+        assert_eq!(parse_size("1. KiB"), Ok(1024));
+        assert!(parse_size("0.0001 KB").is_err());
     }
 }

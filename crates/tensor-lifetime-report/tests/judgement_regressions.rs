@@ -1,0 +1,183 @@
+//! Regressions of the judgement found by the reliability work (docs/reliability.md):
+//! false alarms of the reliability matrix (tests/tests/reliability_matrix.rs), reduced to
+//! the survivor counts that caused them, and event logs that made the reader panic.
+
+use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteInfo, SiteSweep};
+use tensor_lifetime_report::{Analysis, Event, Report, SiteKind};
+
+fn site(id: u32, label: &str, kind: SiteKind) -> Event {
+    Event::Site {
+        id,
+        info: SiteInfo {
+            file: "src/train.rs".into(),
+            line: 10 + id,
+            column: 5,
+            function: "train".into(),
+            label: label.into(),
+            kind,
+        },
+    }
+}
+
+fn start(frame: u64, site: u32, parent: Option<(u64, u64)>) -> Event {
+    Event::LoopStart {
+        t_ns: 0,
+        frame,
+        site,
+        name: format!("loop{site}"),
+        parent: parent.map(|p| p.0),
+        parent_iteration: parent.map(|p| p.1),
+        thread: 1,
+        session: 0,
+        warmup: None,
+        window: None,
+    }
+}
+
+/// An iteration end where site 3 has `survivors`, born in iterations `first..=last`.
+fn end(frame: u64, iteration: u64, survivors: u64, first: u64, last: u64) -> Event {
+    let sites = if survivors == 0 {
+        Vec::new()
+    } else {
+        vec![SiteSweep {
+            site: 3,
+            survivors,
+            bytes: 64 * survivors,
+            iterations: last.saturating_sub(first) + 1,
+            first_iteration: first,
+            last_iteration: last,
+            refcount: 1,
+            holders: vec![HolderCount {
+                holder: HolderSpec::Unknown,
+                count: survivors,
+            }],
+            ..SiteSweep::default()
+        }]
+    };
+    Event::IterationEnd {
+        t_ns: iteration,
+        frame,
+        iteration,
+        duration_ns: 1,
+        live_tensors: survivors,
+        live_bytes: 64 * survivors,
+        sites,
+    }
+}
+
+fn judge(events: &[Event]) -> Report {
+    let mut a = Analysis::default();
+    a.apply(&site(1, "'step", SiteKind::Loop));
+    a.apply(&site(2, "", SiteKind::Loop));
+    a.apply(&site(3, "x", SiteKind::Binding));
+    events.iter().for_each(|e| a.apply(e));
+    a.report()
+}
+
+/// Momentum SGD written by hand (matrix case C1): each step an inner loop over the 4
+/// parameters replaces their velocity, so the inner loop sees 1, 2, 3, 4 survivors
+/// (growing) and the step loop `per_step(step)`.
+fn per_parameter_state(steps: u64, per_step: impl Fn(u64) -> u64) -> Vec<Event> {
+    let mut events = vec![start(1, 1, None)];
+    for step in 0..steps {
+        let inner = 100 + step;
+        events.push(start(inner, 2, Some((1, step))));
+        for p in 0..4 {
+            events.push(end(inner, p, p + 1, 0, p));
+        }
+        events.push(Event::LoopEnd {
+            t_ns: 0,
+            frame: inner,
+            iterations: 4,
+        });
+        let kept = per_step(step);
+        let first = if kept > 4 { 0 } else { step };
+        events.push(end(1, step, kept, first, step));
+    }
+    events
+}
+
+/// Rebuilt to the same height each step: not a leak. (The warm-up step confirms no nested
+/// growth at all, so one step is clean too.)
+#[test]
+fn state_an_inner_loop_rebuilds_every_step_is_not_a_leak() {
+    let report = judge(&per_parameter_state(1, |_| 4));
+    assert!(!report.has_leaks(), "{report}");
+    let report = judge(&per_parameter_state(6, |_| 4));
+    assert!(!report.has_leaks(), "{report}");
+    let mut events = per_parameter_state(6, |_| 4);
+    events.push(Event::LoopEnd {
+        t_ns: 0,
+        frame: 1,
+        iterations: 6,
+    });
+    let report = judge(&events);
+    assert!(!report.has_leaks(), "{report}");
+}
+
+#[test]
+fn an_inner_loop_whose_tensors_keep_piling_up_is_a_leak() {
+    // The same inner loop, but its tensors are all kept: 4, 8, 12 at the step loop. The
+    // second step confirms the inner loop's growth; from the fifth the step loop's own
+    // series is growing too and its finding (the outermost) is the one shown.
+    let report = judge(&per_parameter_state(2, |step| 4 * (step + 1)));
+    let leak = report.leaks().next().unwrap_or_else(|| panic!("{report}"));
+    assert_eq!((leak.site.label.as_str(), leak.survivors), ("x", 4));
+    let report = judge(&per_parameter_state(5, |step| 4 * (step + 1)));
+    let leak = report.leaks().next().unwrap_or_else(|| panic!("{report}"));
+    assert_eq!((leak.site.label.as_str(), leak.survivors), ("x", 20));
+}
+
+/// A bounded prefetch queue fed by a loader thread (matrix case C5): how full it is at an
+/// iteration end depends on thread timing, so its highs can come late (2, 4, then 8 at
+/// iteration 7), and then it drains as the loader finishes. A new high 4 iterations ago
+/// made it "growing" at the end; a count back under the level before that high is not.
+#[test]
+fn a_bounded_queue_that_filled_late_and_drains_is_not_a_leak() {
+    let counts = [0, 2, 4, 4, 2, 4, 4, 8, 6, 6, 4, 2];
+    let mut events = vec![start(1, 1, None)];
+    for (i, c) in counts.iter().enumerate() {
+        let i = i as u64;
+        events.push(end(1, i, *c, i.saturating_sub(2), i));
+    }
+    let running = judge(&events);
+    assert!(!running.has_leaks(), "{running}");
+    events.push(Event::LoopEnd {
+        t_ns: 0,
+        frame: 1,
+        iterations: counts.len() as u64,
+    });
+    assert!(!judge(&events).has_leaks());
+
+    // A leak that keeps its latest high is still one.
+    let mut events = vec![start(1, 1, None)];
+    for i in 0..8 {
+        events.push(end(1, i, i + 1, 0, i));
+    }
+    assert!(judge(&events).has_leaks());
+}
+
+/// Logs that panicked the reader: iteration numbers that go backwards (the mean gap
+/// between growth events underflowed) and an iteration number of `u64::MAX` (the
+/// iteration count overflowed). A log is input: a corrupt one must not crash the CLI.
+#[test]
+fn hostile_iteration_numbers_do_not_panic() {
+    let backwards = [
+        start(1, 1, None),
+        end(1, 5, 1, 0, 0),
+        end(1, 6, 2, 0, 0),
+        end(1, 2, 3, 0, 0),
+    ];
+    let report = judge(&backwards);
+    let _ = report.to_string();
+    let huge = [
+        start(1, 1, None),
+        end(1, 1, 1, 0, 0),
+        end(1, u64::MAX / 2, 2, 0, 0),
+        end(1, u64::MAX - 1, 3, 0, 0),
+        end(1, u64::MAX, 4, 0, 0),
+    ];
+    let report = judge(&huge);
+    let _ = report.to_string();
+    let _ = report.to_json();
+}

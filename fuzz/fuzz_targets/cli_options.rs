@@ -1,0 +1,74 @@
+//! Fuzzes the command line's option parsing: byte sizes (`parse_size`, the parser of
+//! `#[leak_test(max_leaked_bytes = "1 MiB")]`) and the `tensor-lifetime` CLI's own clap
+//! parser, compiled here from the CLI's `main.rs` (a binary has no library to link).
+//!
+//! The input is split at NUL bytes into arguments (bytes, not necessarily UTF-8, as a
+//! shell may pass them). The CLI is only parsed, never run: a fuzzed `-o` must not write
+//! files. Properties checked besides not panicking: a parse error renders (what the user
+//! sees), a parsed command line has its values inside the ranges the CLI declares, and a
+//! size made only of digits is exactly that number of bytes.
+
+#![no_main]
+
+use clap::Parser;
+use libfuzzer_sys::fuzz_target;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use tensor_lifetime_report::size::{format_bytes, parse_size};
+
+#[allow(dead_code, unused_imports)]
+#[path = "../../crates/tensor-lifetime-cli/src/main.rs"]
+mod cli;
+
+fn check_size(text: &str) {
+    match parse_size(text) {
+        Ok(bytes) => {
+            let _ = format_bytes(bytes);
+            let digits = text.trim();
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                assert_eq!(Ok(bytes), digits.parse::<u64>(), "{text:?}");
+            }
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        check_size(text);
+    }
+    let mut args = vec![OsString::from("tensor-lifetime")];
+    args.extend(
+        data.split(|b| *b == 0)
+            .map(|a| OsString::from_vec(a.to_vec())),
+    );
+    for arg in &args[1..] {
+        if let Some(text) = arg.to_str() {
+            check_size(text);
+        }
+    }
+    match cli::Cli::try_parse_from(&args) {
+        Ok(parsed) => {
+            let shown = format!("{parsed:?}");
+            // The ranges declared on `html`: --top 1..=9, --max-points 16..=100000.
+            for (field, lo, hi) in [("top: ", 1u64, 9u64), ("max_points: ", 16, 100_000)] {
+                if let Some(at) = shown.find(field) {
+                    let rest = &shown[at + field.len()..];
+                    let n: u64 = rest
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect::<String>()
+                        .parse()
+                        .expect("a number");
+                    assert!((lo..=hi).contains(&n), "{shown}");
+                }
+            }
+        }
+        Err(e) => {
+            let _ = e.render().to_string();
+            let _ = e.kind();
+        }
+    }
+});

@@ -1,0 +1,134 @@
+//! Long run: 1,000,000 iterations of a tracked loop keep the tracker's memory flat.
+//!
+//! A counting global allocator (this file is its own process) gives the heap bytes in use;
+//! they are sampled at the end of every 100,000 iterations of a small tracked loop (10
+//! epochs of 100,000 steps, one small tensor per step, a window of the 8 latest kept so
+//! every sweep has survivors to summarize). The tracker folds dead records into per-site
+//! counters and keeps per-(loop, site) summaries, not histories, so after the first epoch
+//! the heap must not grow with the iterations. The bound is generous (256 KiB over nine
+//! epochs, where a leak of one record per iteration would be tens of MiB); the figures of
+//! a run are in `docs/reliability.md`.
+
+use candle_core::{Device, Result, Tensor};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
+
+/// The system allocator, counting the bytes in use.
+struct Counting;
+
+static IN_USE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is forwarded to `System` with the caller's arguments; the counter
+// has no effect on the allocations.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            IN_USE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        IN_USE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            IN_USE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            IN_USE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const EPOCHS: usize = 10;
+const STEPS: usize = 100_000;
+const WINDOW: usize = 8;
+
+/// Heap bytes in use now.
+fn heap() -> i64 {
+    IN_USE.load(Ordering::Relaxed)
+}
+
+#[tensor_lifetime::track]
+fn long_run(samples: &mut Vec<i64>) -> Result<f32> {
+    let mut window: VecDeque<Tensor> = VecDeque::with_capacity(WINDOW);
+    let mut last = 0.0;
+    'epoch: for epoch in 0..EPOCHS {
+        for step in 0..STEPS {
+            let x = Tensor::full((epoch * STEPS + step) as f32, 4, &Device::Cpu)?;
+            if window.len() == WINDOW {
+                window.pop_front();
+            }
+            window.push_back(x);
+        }
+        last = window[WINDOW - 1].sum_all()?.to_scalar::<f32>()?;
+        samples.push(heap());
+    }
+    Ok(last)
+}
+
+#[test]
+fn a_million_iterations_keep_tracker_memory_flat() {
+    std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    assert!(tensor_lifetime::enabled());
+    let before = heap();
+    let mut samples = Vec::with_capacity(EPOCHS);
+    let started = Instant::now();
+    let last = long_run(&mut samples).unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(last, ((EPOCHS * STEPS - 1) * 4) as f32);
+
+    let iterations: u64 = tensor_lifetime::report()
+        .loops
+        .iter()
+        .map(|l| l.iterations)
+        .sum();
+    assert_eq!(iterations, (EPOCHS * STEPS + EPOCHS) as u64);
+    let totals = tensor_lifetime::site_totals();
+    let x = totals.iter().find(|(s, _, _)| s.label == "x").unwrap();
+    assert_eq!(
+        (x.1, x.2),
+        ((EPOCHS * STEPS) as u64, (EPOCHS * STEPS) as u64)
+    );
+
+    let kib = |b: i64| format!("{:.1} KiB", b as f64 / 1024.0);
+    println!(
+        "long run: {} iterations in {:.2?} ({:.2} us per iteration); heap before {}, after each 100k: {}",
+        EPOCHS * STEPS,
+        elapsed,
+        elapsed.as_secs_f64() * 1e6 / (EPOCHS * STEPS) as f64,
+        kib(before),
+        samples.iter().map(|s| kib(*s)).collect::<Vec<_>>().join(", ")
+    );
+    let steady = &samples[1..];
+    let spread = steady.iter().max().unwrap() - steady.iter().min().unwrap();
+    let growth = samples[EPOCHS - 1] - samples[1];
+    println!(
+        "long run: spread over epochs 2-10 {}, growth from epoch 2 to 10 {}",
+        kib(spread),
+        kib(growth)
+    );
+    assert!(spread < 256 * 1024, "heap not flat: {samples:?}");
+    // A record or an event kept per iteration would be at least 900,000 x 16 bytes here.
+    assert!(growth < 256 * 1024, "heap grows: {samples:?}");
+}

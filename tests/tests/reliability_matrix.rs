@@ -1,0 +1,1081 @@
+//! The reliability matrix: twelve leaky and eight clean training loops, each a small but
+//! realistic `#[track]`ed function, each judged in its own leak session
+//! (`check_leaks`), with the expected outcome asserted: every leak found at its site
+//! (file, line, label), with its kind and its bytes; no `leak` finding (and no tensor
+//! left alive) for the clean ones. `matrix_of_leaks_and_clean_loops` prints the summary
+//! line (`matrix (seed ...): 12/12 leaks found, 0/8 false alarms`).
+//!
+//! Seeded: one seed (`SEED`, or `TL_MATRIX_SEED` to try another) draws each case's batch
+//! rows and step count; the data is built from the step index, not from candle's
+//! unseedable `randn`, so a run is reproducible. Tensors are tiny: the file runs in
+//! about a second.
+//!
+//! The cases take a lock so they run one at a time: tensors born on a loader thread with
+//! no loop of its own belong to the process's primary loop, whichever test opened it.
+//!
+//! The leaky cases also fail a real `#[leak_test]` (the `leak_test_fails_*` tests), and
+//! the clean ones pass one (`leak_test_passes_*`).
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Result, Storage, Tensor, Var, D};
+use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
+use tensor_lifetime_tests::line_of;
+
+const SOURCE: &str = include_str!("reliability_matrix.rs");
+const FILE: &str = "tests/tests/reliability_matrix.rs";
+
+/// The matrix's seed; `TL_MATRIX_SEED` (decimal or 0x-hex) overrides it.
+const SEED: u64 = 0x5eed_7e45_0a11_ce11;
+
+const FEATURES: usize = 8;
+const HIDDEN: usize = 16;
+const CLASSES: usize = 3;
+/// Bytes of the model's parameters (f32): `fc1` and `fc2`, weights and biases.
+const PARAM_BYTES: u64 = ((FEATURES * HIDDEN + HIDDEN + HIDDEN * CLASSES + CLASSES) * 4) as u64;
+
+// ---------------------------------------------------------------------------------------
+// Seeded parameters, data and model (library code: not annotated).
+
+/// What the seed draws for one case.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Rows of a batch.
+    pub rows: usize,
+    /// Training steps (or epochs): at least 6, so a leak has 3 growth events after the
+    /// warm-up iteration with room to spare.
+    pub steps: usize,
+    /// Drives the data and the initial weights.
+    pub seed: u64,
+}
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn matrix_seed() -> u64 {
+    match std::env::var("TL_MATRIX_SEED") {
+        Ok(s) => match s.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).expect("TL_MATRIX_SEED in hex"),
+            None => s.parse().expect("TL_MATRIX_SEED a number"),
+        },
+        Err(_) => SEED,
+    }
+}
+
+/// The parameters of case `name`: a hash of the name mixed with the seed.
+fn params(name: &str) -> Params {
+    let mut state = matrix_seed();
+    for b in name.bytes() {
+        state = state.rotate_left(5) ^ u64::from(b);
+        splitmix(&mut state);
+    }
+    Params {
+        rows: 4 + (splitmix(&mut state) % 5) as usize,
+        steps: 6 + (splitmix(&mut state) % 4) as usize,
+        seed: splitmix(&mut state),
+    }
+}
+
+/// A deterministic batch: inputs `(rows, FEATURES)` and class ids `(rows,)`.
+pub fn batch(p: &Params, step: usize) -> Result<(Tensor, Tensor)> {
+    let salt = (p.seed % 97) as usize;
+    let xs: Vec<f32> = (0..p.rows * FEATURES)
+        .map(|i| ((i * 7 + step * 31 + salt) as f32 * 0.37).sin())
+        .collect();
+    let ys: Vec<u32> = (0..p.rows)
+        .map(|i| ((i + step + salt) % CLASSES) as u32)
+        .collect();
+    Ok((
+        Tensor::from_vec(xs, (p.rows, FEATURES), &Device::Cpu)?,
+        Tensor::from_vec(ys, p.rows, &Device::Cpu)?,
+    ))
+}
+
+/// Bytes of one input batch.
+fn batch_bytes(p: &Params) -> u64 {
+    (p.rows * FEATURES * 4) as u64
+}
+
+/// A two-layer perceptron.
+#[derive(Debug)]
+pub struct Mlp {
+    pub fc1: Linear,
+    pub fc2: Linear,
+}
+
+impl Mlp {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.fc2.forward(&self.fc1.forward(x)?.relu()?)
+    }
+
+    pub fn loss(&self, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        candle_nn::loss::cross_entropy(&self.forward(x)?, y)
+    }
+}
+
+/// The model with weights drawn from the seed (not from `randn`).
+pub fn setup(p: &Params) -> Result<(VarMap, Mlp)> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let model = Mlp {
+        fc1: linear(FEATURES, HIDDEN, vb.pp("fc1"))?,
+        fc2: linear(HIDDEN, CLASSES, vb.pp("fc2"))?,
+    };
+    let mut state = p.seed;
+    for var in sorted_vars(&varmap) {
+        let values: Vec<f32> = (0..var.elem_count())
+            .map(|_| (splitmix(&mut state) % 2001) as f32 / 1000.0 - 1.0)
+            .map(|v| v * 0.3)
+            .collect();
+        var.set(&Tensor::from_vec(values, var.shape(), var.device())?)?;
+    }
+    Ok((varmap, model))
+}
+
+/// A copy of the model's weights, in name order.
+pub fn copy_weights(varmap: &VarMap) -> Result<Vec<Tensor>> {
+    sorted_vars(varmap)
+        .iter()
+        .map(|v| v.as_tensor().copy())
+        .collect()
+}
+
+/// Zeros shaped like each variable.
+pub fn zeros_like_all(vars: &[Var]) -> Result<Vec<Tensor>> {
+    vars.iter().map(|v| v.as_tensor().zeros_like()).collect()
+}
+
+/// The model's variables in name order.
+pub fn sorted_vars(varmap: &VarMap) -> Vec<Var> {
+    let data = varmap.data().lock().unwrap();
+    let mut named: Vec<(&String, &Var)> = data.iter().collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    named.into_iter().map(|(_, v)| v.clone()).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The twelve leaks.
+
+/// L1: a dataset that caches every batch it serves.
+#[derive(Debug)]
+pub struct CachedDataset {
+    pub p: Params,
+    pub cache: Vec<Tensor>,
+}
+
+#[tensor_lifetime::track]
+impl CachedDataset {
+    pub fn get(&mut self, step: usize) -> Result<(Tensor, Tensor)> {
+        let (x, y) = batch(&self.p, step)?; // matrix: L1 cached batch
+        self.cache.push(x.clone());
+        Ok((x, y))
+    }
+}
+
+#[tensor_lifetime::track]
+pub fn l1_dataset_cache(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut data = CachedDataset {
+        p,
+        cache: Vec::new(),
+    };
+    let mut last = 0.0;
+    for step in 0..p.steps {
+        let (x, y) = data.get(step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        last = loss.to_scalar::<f32>()?;
+    }
+    Ok(last)
+}
+
+/// L2: features memoized by a key that changes every step (the global step): the memo
+/// never hits and never evicts.
+#[tensor_lifetime::track]
+pub fn l2_memo_by_step(p: Params) -> Result<f32> {
+    let (_varmap, model) = setup(&p)?;
+    let mut memo: HashMap<usize, Tensor> = HashMap::new();
+    let mut norm = 0.0;
+    for step in 0..p.steps {
+        let key = 1000 + step;
+        if !memo.contains_key(&key) {
+            let (x, _y) = batch(&p, step)?;
+            let features = model.fc1.forward(&x)?.relu()?.detach(); // matrix: L2 memo features
+            memo.insert(key, features);
+        }
+        norm += memo[&key].sqr()?.sum_all()?.to_scalar::<f32>()?;
+    }
+    Ok(norm)
+}
+
+/// L3: a running loss summed without `detach`: `total` keeps every step's graph. The
+/// data is loaded before the loop (an in-memory dataset), so only the graph grows.
+#[tensor_lifetime::track]
+pub fn l3_running_loss(p: Params) -> Result<Tensor> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let data: Vec<(Tensor, Tensor)> = (0..p.steps).map(|s| batch(&p, s)).collect::<Result<_>>()?;
+    let mut total = Tensor::zeros((), DType::F32, &Device::Cpu)?;
+    for step in 0..p.steps {
+        let (x, y) = &data[step];
+        let loss = model.loss(x, y)?;
+        opt.backward_step(&loss)?;
+        total = (total + &loss)?; // matrix: L3 running total
+    }
+    Ok(total)
+}
+
+/// L4: the first row of every batch kept for a plot: a one-row view pins its batch.
+#[tensor_lifetime::track]
+pub fn l4_first_rows(p: Params) -> Result<usize> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut first_rows = Vec::new();
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        opt.backward_step(&model.loss(&x, &y)?)?;
+        let row = x.narrow(0, 0, 1)?; // matrix: L4 first row
+        first_rows.push(row);
+    }
+    Ok(first_rows.len())
+}
+
+/// L5: a process-wide cache in a `OnceLock` (a `static`).
+static GLOBAL_CACHE: OnceLock<Mutex<Vec<Tensor>>> = OnceLock::new();
+
+fn global_cache() -> MutexGuard<'static, Vec<Tensor>> {
+    GLOBAL_CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+#[tensor_lifetime::track]
+pub fn l5_global_cache(p: Params) -> Result<f32> {
+    let (_varmap, model) = setup(&p)?;
+    let mut sum = 0.0;
+    for step in 0..p.steps {
+        let (x, _y) = batch(&p, step)?;
+        let embedding = model.fc1.forward(&x)?.detach(); // matrix: L5 global embedding
+        sum += embedding.mean_all()?.to_scalar::<f32>()?;
+        global_cache().push(embedding);
+    }
+    Ok(sum)
+}
+
+// L6: a per-thread cache in a `thread_local!`.
+thread_local! {
+    static THREAD_CACHE: RefCell<Vec<Tensor>> = const { RefCell::new(Vec::new()) };
+}
+
+#[tensor_lifetime::track]
+pub fn l6_thread_local_cache(p: Params) -> Result<f32> {
+    let mut sum = 0.0;
+    for step in 0..p.steps {
+        let (x, _y) = batch(&p, step)?;
+        let column_means = x.mean_keepdim(0)?; // matrix: L6 thread-local stats
+        sum += column_means.sum_all()?.to_scalar::<f32>()?;
+        THREAD_CACHE.with(|cache| cache.borrow_mut().push(column_means.clone()));
+    }
+    Ok(sum)
+}
+
+/// L7: two nodes pointing at each other through `Rc<RefCell<..>>`: the cycle is never
+/// freed, nor the hidden state it holds.
+#[derive(Debug)]
+pub struct Node {
+    pub state: Option<Tensor>,
+    pub peer: Option<Rc<RefCell<Node>>>,
+}
+
+#[tensor_lifetime::track]
+pub fn l7_rc_cycle(p: Params) -> Result<usize> {
+    let (_varmap, model) = setup(&p)?;
+    let mut made = 0;
+    for step in 0..p.steps {
+        let (x, _y) = batch(&p, step)?;
+        let hidden = model.fc1.forward(&x)?.relu()?.detach(); // matrix: L7 cycle state
+        let a = Rc::new(RefCell::new(Node {
+            state: Some(hidden),
+            peer: None,
+        }));
+        let b = Rc::new(RefCell::new(Node {
+            state: None,
+            peer: Some(a.clone()),
+        }));
+        a.borrow_mut().peer = Some(b);
+        made += 1;
+    }
+    Ok(made)
+}
+
+/// L8: hooks registered every step, each closure capturing a tensor.
+pub type Hook = Box<dyn Fn(&Tensor) -> Result<Tensor>>;
+
+#[tensor_lifetime::track]
+pub fn l8_closure_callbacks(p: Params) -> Result<usize> {
+    let mut hooks: Vec<Hook> = Vec::new();
+    for step in 0..p.steps {
+        let (x, _y) = batch(&p, step)?;
+        let scale = (x.abs()?.max_keepdim(0)? + 1e-6)?; // matrix: L8 captured scale
+        hooks.push(Box::new(move |t: &Tensor| t.broadcast_div(&scale)));
+        let _normalized = hooks[step](&x)?;
+    }
+    Ok(hooks.len())
+}
+
+/// L9: activations sent to a logger thread over an unbounded channel; the logger
+/// handles one message every third step and falls behind.
+///
+/// The logger is driven by a handshake (`tick`, `done`), so how far behind it is does
+/// not depend on thread scheduling.
+#[tensor_lifetime::track]
+pub fn l9_unbounded_channel(p: Params) -> Result<usize> {
+    let (_varmap, model) = setup(&p)?;
+    let (tx, rx) = mpsc::channel::<Tensor>();
+    let (tick_tx, tick_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let logger = std::thread::spawn(move || {
+        let mut handled = 0;
+        while tick_rx.recv().is_ok() {
+            drop(rx.recv());
+            handled += 1;
+            let _ = done_tx.send(());
+        }
+        handled
+    });
+    for step in 0..p.steps {
+        let (x, _y) = batch(&p, step)?;
+        let activations = model.fc1.forward(&x)?.relu()?.detach(); // matrix: L9 queued activations
+        tx.send(activations).expect("the logger is running");
+        if step % 3 == 2 {
+            tick_tx.send(()).expect("the logger is running");
+            done_rx.recv().expect("the logger answers");
+        }
+    }
+    drop(tick_tx);
+    Ok(logger.join().expect("the logger thread panicked"))
+}
+
+/// Tensors still queued after `steps` steps of L9.
+fn l9_backlog(steps: usize) -> u64 {
+    (steps - steps / 3) as u64
+}
+
+/// L10: every step's gradient of the first layer kept "to plot its norm later".
+#[tensor_lifetime::track]
+pub fn l10_kept_gradients(p: Params) -> Result<usize> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut history = Vec::new();
+    let weight = model.fc1.weight();
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let grads = model.loss(&x, &y)?.backward()?;
+        opt.step(&grads)?;
+        let grad = grads.get(weight).expect("a gradient").clone(); // matrix: L10 kept gradient
+        history.push(grad);
+    }
+    Ok(history.len())
+}
+
+/// L11: a snapshot of the weights at every epoch end, never dropped.
+#[tensor_lifetime::track]
+pub fn l11_epoch_snapshots(p: Params) -> Result<usize> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut snapshots = Vec::new();
+    'epoch: for epoch in 0..p.steps {
+        for step in 0..2 {
+            let (x, y) = batch(&p, epoch * 2 + step)?;
+            opt.backward_step(&model.loss(&x, &y)?)?;
+        }
+        let snapshot = copy_weights(&varmap)?; // matrix: L11 epoch snapshot
+        snapshots.push(snapshot);
+        if snapshots.len() > p.steps {
+            break 'epoch;
+        }
+    }
+    Ok(snapshots.len())
+}
+
+/// L12: a debugging buffer of hidden activations that is never flushed.
+#[derive(Debug, Default)]
+pub struct ActivationLog {
+    pub buffer: Vec<Tensor>,
+}
+
+#[tensor_lifetime::track]
+pub fn l12_activation_log(p: Params) -> Result<usize> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut log = ActivationLog::default();
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let hidden = model.fc1.forward(&x)?.relu()?;
+        let logged = hidden.detach(); // matrix: L12 logged activations
+        log.buffer.push(logged);
+        opt.backward_step(&model.loss(&x, &y)?)?;
+    }
+    Ok(log.buffer.len())
+}
+
+// ---------------------------------------------------------------------------------------
+// The eight clean loops.
+
+/// C1: momentum SGD written by hand, its velocity created lazily at the first step and
+/// updated per parameter in a loop.
+#[derive(Debug, Default)]
+pub struct Momentum {
+    pub velocity: Option<Vec<Tensor>>,
+}
+
+#[tensor_lifetime::track]
+impl Momentum {
+    pub fn step(&mut self, vars: &[Var], grads: &GradStore) -> Result<()> {
+        if self.velocity.is_none() {
+            let zeros = zeros_like_all(vars)?; // matrix: C1 lazy state
+            self.velocity = Some(zeros);
+        }
+        let velocity = self.velocity.as_mut().expect("created above");
+        for (v, var) in velocity.iter_mut().zip(vars) {
+            let grad = grads
+                .get(var.as_tensor())
+                .expect("every parameter has a gradient");
+            *v = ((&*v * 0.9)? + grad)?; // matrix: C1 velocity update
+            var.set(&(var.as_tensor() - (&*v * 0.05)?)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[tensor_lifetime::track]
+pub fn c1_lazy_optimizer_state(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let vars = sorted_vars(&varmap);
+    let mut opt = Momentum::default();
+    let mut last = 0.0;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.step(&vars, &loss.backward()?)?;
+        last = loss.to_scalar::<f32>()?;
+    }
+    Ok(last)
+}
+
+/// C2: the best weights so far, replaced whenever the training loss improves.
+#[tensor_lifetime::track]
+pub fn c2_best_checkpoint(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let mut best: Option<Vec<Tensor>> = None;
+    let mut best_loss = f32::INFINITY;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step % 2)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        let value = loss.to_scalar::<f32>()?;
+        if value < best_loss {
+            let weights = copy_weights(&varmap)?;
+            best = Some(weights);
+            best_loss = value;
+        }
+    }
+    drop(best);
+    Ok(best_loss)
+}
+
+/// C3: an exponential moving average of the (detached) loss.
+#[tensor_lifetime::track]
+pub fn c3_loss_ema(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let mut ema: Option<Tensor> = None;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        let current = loss.detach();
+        ema = Some(match ema.take() {
+            Some(avg) => ((avg * 0.9)? + (current * 0.1)?)?,
+            None => current,
+        });
+    }
+    ema.map_or(Ok(0.0), |e| e.to_scalar::<f32>())
+}
+
+/// C4: a window of the 4 most recent losses (detached), for a smoothed printout. It
+/// fills in 4 steps, then stays flat.
+#[tensor_lifetime::track]
+pub fn c4_recent_losses(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let mut recent: VecDeque<Tensor> = VecDeque::with_capacity(4);
+    let mut smoothed = 0.0;
+    for step in 0..p.steps + 4 {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        if recent.len() == 4 {
+            recent.pop_front();
+        }
+        recent.push_back(loss.detach());
+        smoothed = Tensor::stack(recent.make_contiguous(), 0)?
+            .mean_all()?
+            .to_scalar::<f32>()?;
+    }
+    Ok(smoothed)
+}
+
+/// C5: a loader thread (no loop of its own: an iterator) preparing batches ahead through a
+/// bounded queue of 2. Its tensors count in the training loop's iterations.
+#[tensor_lifetime::track]
+pub fn c5_prefetch_queue(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let (tx, rx) = mpsc::sync_channel::<(Tensor, Tensor)>(2);
+    let steps = p.steps + 6;
+    let loader = std::thread::spawn(move || {
+        (0..steps).try_for_each(|step| {
+            let pair = batch(&p, step)?;
+            tx.send(pair).map_err(candle_core::Error::wrap)
+        })
+    });
+    let mut last = 0.0;
+    while let Ok((x, y)) = rx.recv() {
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        last = loss.to_scalar::<f32>()?;
+    }
+    loader.join().expect("the loader panicked")?;
+    Ok(last)
+}
+
+/// C6: gradients accumulated over 4 micro-batches, then applied and cleared.
+#[tensor_lifetime::track]
+pub fn c6_gradient_accumulation(p: Params) -> Result<f32> {
+    let (varmap, model) = setup(&p)?;
+    let vars = sorted_vars(&varmap);
+    let mut accumulated: Vec<Tensor> = Vec::new();
+    let mut last = 0.0;
+    for step in 0..4 * p.steps {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        let grads = loss.backward()?;
+        let summed = vars
+            .iter()
+            .enumerate()
+            .map(|(i, var)| {
+                let g = grads.get(var.as_tensor()).expect("a gradient");
+                match accumulated.get(i) {
+                    Some(acc) => acc + g,
+                    None => Ok(g.clone()),
+                }
+            })
+            .collect::<Result<Vec<Tensor>>>()?;
+        accumulated = summed;
+        if step % 4 == 3 {
+            vars.iter()
+                .zip(&accumulated)
+                .try_for_each(|(var, g)| var.set(&(var.as_tensor() - (g * 0.025)?)?))?;
+            accumulated.clear();
+        }
+        last = loss.to_scalar::<f32>()?;
+    }
+    Ok(last)
+}
+
+/// C7: metrics taken off the graph: the loss as a detached scalar, accuracy as a count.
+#[tensor_lifetime::track]
+pub fn c7_detached_metrics(p: Params) -> Result<(Vec<f32>, u32)> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let mut losses = Vec::new();
+    let mut correct = 0;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let logits = model.forward(&x)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &y)?;
+        opt.backward_step(&loss)?;
+        let metric = loss.detach();
+        losses.push(metric.to_scalar::<f32>()?);
+        let hits = logits.argmax(D::Minus1)?.eq(&y)?.to_dtype(DType::U32)?;
+        correct += hits.sum_all()?.to_scalar::<u32>()?;
+    }
+    Ok((losses, correct))
+}
+
+/// C8: early stopping on a validation loss with a patience of 2; the learning rate is
+/// frozen after two epochs, so the loss stops improving and the loop breaks early.
+#[tensor_lifetime::track]
+pub fn c8_early_stopping(p: Params) -> Result<usize> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.1)?;
+    let (vx, vy) = batch(&p, 999)?;
+    let mut best = f32::INFINITY;
+    let mut bad_epochs = 0;
+    let mut epochs = 0;
+    'epoch: for epoch in 0..3 * p.steps {
+        epochs = epoch + 1;
+        opt.set_learning_rate(if epoch < 2 { 0.1 } else { 0.0 });
+        for step in 0..2 {
+            let (x, y) = batch(&p, epoch * 2 + step)?;
+            opt.backward_step(&model.loss(&x, &y)?)?;
+        }
+        let val = model.loss(&vx, &vy)?.to_scalar::<f32>()?;
+        if val < best {
+            best = val;
+            bad_epochs = 0;
+        } else {
+            bad_epochs += 1;
+            if bad_epochs > 2 {
+                break 'epoch;
+            }
+        }
+    }
+    Ok(epochs)
+}
+
+// ---------------------------------------------------------------------------------------
+// The matrix.
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A leak case's expected finding.
+struct Leak {
+    name: &'static str,
+    /// The marker comment on the line of the creation site.
+    marker: &'static str,
+    label: &'static str,
+    kind: FindingKind,
+    survivors: u64,
+    bytes: u64,
+    /// The holder's label, when the tracker can see it (a store site).
+    holder: Option<&'static str>,
+    /// Tensors still alive after the test (a global, a cycle): the leak test also lists
+    /// them as `ALIVE`.
+    alive_after: u64,
+}
+
+/// Checks `outcome` against `want`; returns the differences (empty: found as expected).
+fn check_leak(want: &Leak, outcome: &LeakTestOutcome) -> Vec<String> {
+    let mut errors = Vec::new();
+    let line = line_of(SOURCE, want.marker);
+    let Some(f) = outcome
+        .report
+        .findings
+        .iter()
+        .find(|f| f.site.file == FILE && f.site.line == line && f.site.label == want.label)
+    else {
+        return vec![format!(
+            "no finding at {FILE}:{line} `{}`:\n{}",
+            want.label, outcome.report
+        )];
+    };
+    let mut expect = |what: &str, ok: bool, got: String| {
+        if !ok {
+            errors.push(format!("{what}: got {got}"));
+        }
+    };
+    expect("a leak", f.is_leak(), format!("{:?}", f.kind));
+    expect("kind", f.kind == want.kind, format!("{:?}", f.kind));
+    expect(
+        "survivors",
+        f.survivors == want.survivors,
+        f.survivors.to_string(),
+    );
+    expect("bytes", f.bytes == want.bytes, f.bytes.to_string());
+    expect(
+        "growth per iteration",
+        f.bytes_per_iteration > 0,
+        f.bytes_per_iteration.to_string(),
+    );
+    if let Some(holder) = want.holder {
+        expect(
+            "holder",
+            f.holders.iter().any(|h| h.label.as_deref() == Some(holder)),
+            format!("{:?}", f.holders),
+        );
+    }
+    expect("the leak test fails", outcome.failed(), "passed".into());
+    let message = outcome.message(want.name);
+    expect(
+        "the failure names the site",
+        message.contains(&format!("{FILE}:{line}")),
+        message.clone(),
+    );
+    let alive = outcome.alive.iter().filter(|t| t.site.line == line).count() as u64;
+    expect(
+        "alive after the test",
+        alive == want.alive_after && outcome.alive.len() as u64 == want.alive_after,
+        format!("{} ({} in all)", alive, outcome.alive.len()),
+    );
+    // One leak, one finding that is a leak: nothing else in the loop is blamed.
+    let others: Vec<String> = outcome
+        .report
+        .leaks()
+        .filter(|o| o.site.line != line)
+        .map(|o| format!("{} `{}`", o.site.location(), o.site.label))
+        .collect();
+    expect("no other leak", others.is_empty(), others.join(", "));
+    errors
+}
+
+/// Runs a case in its own session.
+fn run<R>(f: impl FnOnce() -> Result<R>) -> (R, LeakTestOutcome) {
+    let (value, outcome) = check_leaks(LeakTestOptions::default(), f).expect("tracking is on");
+    (value.expect("the case trains"), outcome)
+}
+
+/// Runs the leak cases; returns, per case, its name and what differed.
+fn leak_cases() -> Vec<(&'static str, Vec<String>)> {
+    let mut results = Vec::new();
+    let mut record = |want: Leak, outcome: LeakTestOutcome| {
+        results.push((want.name, check_leak(&want, &outcome)));
+    };
+
+    let p = params("l1");
+    record(
+        Leak {
+            name: "l1_dataset_cache",
+            marker: "// matrix: L1 cached batch",
+            label: "x",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: p.steps as u64 * batch_bytes(&p),
+            holder: Some("self.cache"),
+            alive_after: 0,
+        },
+        run(|| l1_dataset_cache(p)).1,
+    );
+
+    let p = params("l2");
+    record(
+        Leak {
+            name: "l2_memo_by_step",
+            marker: "// matrix: L2 memo features",
+            label: "features",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * p.rows * HIDDEN * 4) as u64,
+            holder: Some("memo"),
+            alive_after: 0,
+        },
+        run(|| l2_memo_by_step(p)).1,
+    );
+
+    let p = params("l3");
+    // The graph `total` holds at the end: every tensor in it but the parameters, each
+    // storage once (what the finding's bytes are); measured before `total` drops.
+    let (graph_bytes, outcome) = run(|| l3_running_loss(p).map(|t| graph_storage_bytes(&t)));
+    record(
+        Leak {
+            name: "l3_running_loss",
+            marker: "// matrix: L3 running total",
+            label: "total",
+            kind: FindingKind::GraphRetention,
+            // Each step's `total` lives on in the next one's graph.
+            survivors: p.steps as u64,
+            bytes: graph_bytes,
+            holder: Some("total"),
+            alive_after: 0,
+        },
+        outcome,
+    );
+
+    let p = params("l4");
+    record(
+        Leak {
+            name: "l4_first_rows",
+            marker: "// matrix: L4 first row",
+            label: "row",
+            kind: FindingKind::ViewRetention,
+            survivors: p.steps as u64,
+            // The rows are tiny; the batches they pin are what the leak costs.
+            bytes: p.steps as u64 * batch_bytes(&p),
+            holder: Some("first_rows"),
+            alive_after: 0,
+        },
+        run(|| l4_first_rows(p)).1,
+    );
+
+    // A global cache is caught twice: as a growing site of the loop, and as tensors
+    // still alive after the test (the global outlives it).
+    let p = params("l5");
+    let outcome = run(|| l5_global_cache(p)).1;
+    global_cache().clear();
+    record(
+        Leak {
+            name: "l5_global_cache",
+            marker: "// matrix: L5 global embedding",
+            label: "embedding",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * p.rows * HIDDEN * 4) as u64,
+            holder: Some("global_cache()"),
+            alive_after: p.steps as u64,
+        },
+        outcome,
+    );
+
+    // Likewise the thread-local cache (the test's thread is still running).
+    let p = params("l6");
+    let outcome = run(|| l6_thread_local_cache(p)).1;
+    THREAD_CACHE.with(|c| c.borrow_mut().clear());
+    record(
+        Leak {
+            name: "l6_thread_local_cache",
+            marker: "// matrix: L6 thread-local stats",
+            label: "column_means",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * FEATURES * 4) as u64,
+            holder: Some("cache"),
+            alive_after: p.steps as u64,
+        },
+        outcome,
+    );
+
+    // The cycle is never freed: alive after the test too. Nothing the tracker saw
+    // stored it (the node is not a tensor type), so the holder is unknown.
+    let p = params("l7");
+    record(
+        Leak {
+            name: "l7_rc_cycle",
+            marker: "// matrix: L7 cycle state",
+            label: "hidden",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * p.rows * HIDDEN * 4) as u64,
+            holder: None,
+            alive_after: p.steps as u64,
+        },
+        run(|| l7_rc_cycle(p)).1,
+    );
+
+    let p = params("l8");
+    record(
+        Leak {
+            name: "l8_closure_callbacks",
+            marker: "// matrix: L8 captured scale",
+            label: "scale",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * FEATURES * 4) as u64,
+            holder: None,
+            alive_after: 0,
+        },
+        run(|| l8_closure_callbacks(p)).1,
+    );
+
+    // The backlog is freed when the channel closes at the end of the function, so it is
+    // caught as a loop leak only.
+    let p = params("l9");
+    let (handled, outcome) = run(|| l9_unbounded_channel(p));
+    assert_eq!(handled, p.steps / 3);
+    record(
+        Leak {
+            name: "l9_unbounded_channel",
+            marker: "// matrix: L9 queued activations",
+            label: "activations",
+            kind: FindingKind::Leak,
+            survivors: l9_backlog(p.steps),
+            bytes: l9_backlog(p.steps) * (p.rows * HIDDEN * 4) as u64,
+            holder: None,
+            alive_after: 0,
+        },
+        outcome,
+    );
+
+    let p = params("l10");
+    record(
+        Leak {
+            name: "l10_kept_gradients",
+            marker: "// matrix: L10 kept gradient",
+            label: "grad",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * HIDDEN * FEATURES * 4) as u64,
+            holder: Some("history"),
+            alive_after: 0,
+        },
+        run(|| l10_kept_gradients(p)).1,
+    );
+
+    let p = params("l11");
+    record(
+        Leak {
+            name: "l11_epoch_snapshots",
+            marker: "// matrix: L11 epoch snapshot",
+            label: "snapshot",
+            kind: FindingKind::Leak,
+            // 4 parameters per epoch.
+            survivors: 4 * p.steps as u64,
+            bytes: p.steps as u64 * PARAM_BYTES,
+            holder: Some("snapshots"),
+            alive_after: 0,
+        },
+        run(|| l11_epoch_snapshots(p)).1,
+    );
+
+    let p = params("l12");
+    record(
+        Leak {
+            name: "l12_activation_log",
+            marker: "// matrix: L12 logged activations",
+            label: "logged",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: (p.steps * p.rows * HIDDEN * 4) as u64,
+            holder: Some("log.buffer"),
+            alive_after: 0,
+        },
+        run(|| l12_activation_log(p)).1,
+    );
+    results
+}
+
+/// Storage bytes of the tensors in `t`'s autograd graph (itself included, parameters
+/// excluded), each storage once.
+fn graph_storage_bytes(t: &Tensor) -> u64 {
+    let mut seen = HashSet::new();
+    let mut bytes = 0;
+    for node in t.sorted_nodes() {
+        if node.is_variable() {
+            continue;
+        }
+        let (storage, _) = node.storage_and_layout();
+        if seen.insert(&*storage as *const Storage as usize) {
+            bytes += match &*storage {
+                Storage::Cpu(candle_core::CpuStorage::F32(v)) => v.len() as u64 * 4,
+                Storage::Cpu(candle_core::CpuStorage::U32(v)) => v.len() as u64 * 4,
+                Storage::Cpu(candle_core::CpuStorage::I64(v)) => v.len() as u64 * 8,
+                other => panic!("unexpected storage {:?}", other.dtype()),
+            };
+        }
+    }
+    bytes
+}
+
+/// What is wrong with a clean case's outcome (empty: clean).
+fn check_clean(name: &str, outcome: &LeakTestOutcome) -> Vec<String> {
+    let mut errors = Vec::new();
+    if outcome.report.has_leaks() || !outcome.alive.is_empty() || outcome.failed() {
+        errors.push(outcome.message(name));
+    }
+    errors
+}
+
+fn clean_cases() -> Vec<(&'static str, Vec<String>)> {
+    let mut results = Vec::new();
+    let mut record = |name: &'static str, outcome: LeakTestOutcome| {
+        results.push((name, check_clean(name, &outcome)));
+    };
+    let p = params("c1");
+    let (_, outcome) = run(|| c1_lazy_optimizer_state(p));
+    record("c1_lazy_optimizer_state", outcome);
+    let p = params("c2");
+    record("c2_best_checkpoint", run(|| c2_best_checkpoint(p)).1);
+    let p = params("c3");
+    record("c3_loss_ema", run(|| c3_loss_ema(p)).1);
+    let p = params("c4");
+    record("c4_recent_losses", run(|| c4_recent_losses(p)).1);
+    let p = params("c5");
+    record("c5_prefetch_queue", run(|| c5_prefetch_queue(p)).1);
+    let p = params("c6");
+    record(
+        "c6_gradient_accumulation",
+        run(|| c6_gradient_accumulation(p)).1,
+    );
+    let p = params("c7");
+    record("c7_detached_metrics", run(|| c7_detached_metrics(p)).1);
+    let p = params("c8");
+    let (epochs, outcome) = run(|| c8_early_stopping(p));
+    // Two improving epochs, then three without improvement: it stopped early.
+    assert!(epochs < 3 * p.steps, "early stopping never stopped");
+    record("c8_early_stopping", outcome);
+    results
+}
+
+#[test]
+fn matrix_of_leaks_and_clean_loops() {
+    std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    let _serial = serial();
+    let leaks = leak_cases();
+    let clean = clean_cases();
+    let found = leaks.iter().filter(|(_, e)| e.is_empty()).count();
+    let false_alarms = clean.iter().filter(|(_, e)| !e.is_empty()).count();
+    let summary = format!(
+        "matrix (seed {:#x}): {found}/{} leaks found, {false_alarms}/{} false alarms",
+        matrix_seed(),
+        leaks.len(),
+        clean.len()
+    );
+    println!("{summary}");
+    let mut problems = String::new();
+    for (name, errors) in leaks.iter().chain(&clean) {
+        for e in errors {
+            problems.push_str(&format!("{name}: {e}\n"));
+        }
+    }
+    assert!(leaks.len() >= 12 && clean.len() >= 8);
+    assert!(problems.is_empty(), "{summary}\n{problems}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The same cases under a real `#[leak_test]`.
+
+#[tensor_lifetime::leak_test]
+#[should_panic(expected = "LEAK     tests/tests/reliability_matrix.rs:")]
+fn leak_test_fails_on_a_dataset_cache() {
+    let _serial = serial();
+    l1_dataset_cache(params("l1")).unwrap();
+}
+
+#[tensor_lifetime::leak_test]
+#[should_panic(expected = "LEAK     tests/tests/reliability_matrix.rs:")]
+fn leak_test_fails_on_a_running_loss() {
+    let _serial = serial();
+    l3_running_loss(params("l3")).unwrap();
+}
+
+#[tensor_lifetime::leak_test]
+#[should_panic(expected = "ALIVE    tests/tests/reliability_matrix.rs:")]
+fn leak_test_fails_on_an_rc_cycle() {
+    let _serial = serial();
+    l7_rc_cycle(params("l7")).unwrap();
+}
+
+#[tensor_lifetime::leak_test]
+fn leak_test_passes_lazy_optimizer_state() -> Result<()> {
+    let _serial = serial();
+    c1_lazy_optimizer_state(params("c1")).map(drop)
+}
+
+#[tensor_lifetime::leak_test]
+fn leak_test_passes_a_prefetch_queue() -> Result<()> {
+    let _serial = serial();
+    c5_prefetch_queue(params("c5")).map(drop)
+}
+
+#[tensor_lifetime::leak_test]
+fn leak_test_passes_gradient_accumulation() -> Result<()> {
+    let _serial = serial();
+    c6_gradient_accumulation(params("c6")).map(drop)
+}
