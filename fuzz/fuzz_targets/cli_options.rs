@@ -5,12 +5,13 @@
 //! The input is split at NUL bytes into arguments (bytes, not necessarily UTF-8, as a
 //! shell may pass them). The CLI is only parsed, never run: a fuzzed `-o` must not write
 //! files. Properties checked besides not panicking: a parse error renders (what the user
-//! sees), a parsed command line has its values inside the ranges the CLI declares, and a
-//! size made only of digits is exactly that number of bytes.
+//! sees), the typed parser and clap's untyped matches agree, a parsed command line has its
+//! values inside the ranges the CLI declares, and a size made only of digits is exactly
+//! that number of bytes.
 
 #![no_main]
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use libfuzzer_sys::fuzz_target;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -49,26 +50,24 @@ fuzz_target!(|data: &[u8]| {
             check_size(text);
         }
     }
-    match cli::Cli::try_parse_from(&args) {
-        Ok(parsed) => {
-            let shown = format!("{parsed:?}");
-            // The ranges declared on `html`: --top 1..=9, --max-points 16..=100000.
-            for (field, lo, hi) in [("top: ", 1u64, 9u64), ("max_points: ", 16, 100_000)] {
-                if let Some(at) = shown.find(field) {
-                    let rest = &shown[at + field.len()..];
-                    let n: u64 = rest
-                        .chars()
-                        .take_while(char::is_ascii_digit)
-                        .collect::<String>()
-                        .parse()
-                        .expect("a number");
-                    assert!((lo..=hi).contains(&n), "{shown}");
-                }
+    let parsed = cli::Cli::try_parse_from(&args);
+    // The same command line through clap's untyped matches: the declared ranges hold.
+    let matches = cli::Cli::command().try_get_matches_from(&args);
+    assert_eq!(parsed.is_ok(), matches.is_ok(), "{args:?}");
+    match (parsed, matches) {
+        (Ok(parsed), Ok(matches)) => {
+            let _ = format!("{parsed:?}");
+            if let Some(html) = matches.subcommand_matches("html") {
+                let top = *html.get_one::<u16>("top").expect("a default");
+                let max_points = *html.get_one::<u32>("max_points").expect("a default");
+                assert!((1..=9).contains(&top), "{args:?}");
+                assert!((16..=100_000).contains(&max_points), "{args:?}");
             }
         }
-        Err(e) => {
+        (Err(e), _) => {
             let _ = e.render().to_string();
             let _ = e.kind();
         }
+        (Ok(_), Err(_)) => unreachable!("checked above"),
     }
 });

@@ -23,7 +23,9 @@ use tensor_lifetime_report::event::{
 };
 use tensor_lifetime_report::html::{self, HtmlOptions};
 use tensor_lifetime_report::trace::TraceWriter;
-use tensor_lifetime_report::{Analysis, Diff, Event, MemoryFindings, Report, SiteKind, TimelineBuilder};
+use tensor_lifetime_report::{
+    Analysis, Diff, Event, MemoryFindings, Report, SiteKind, TimelineBuilder,
+};
 
 fuzz_target!(|data: &[u8]| {
     match data.split_first() {

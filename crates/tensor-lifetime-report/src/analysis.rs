@@ -374,7 +374,9 @@ impl Analysis {
     /// count each storage once; `bytes` is not added here.
     pub fn note_born(&mut self, site: u32, _bytes: u64) {
         *self.born.entry(site).or_default() += 1;
-        self.live_tensors += 1;
+        // Saturating: `live_tensors` comes from the log's sweeps, which a corrupt log may
+        // set to anything.
+        self.live_tensors = self.live_tensors.saturating_add(1);
     }
 
     /// A birth with what the memory findings need (what [`Event::Born`] does, without

@@ -240,7 +240,9 @@ fn build_series(timeline: &Timeline, top: usize, leaks: &BTreeSet<u32>) -> Vec<S
         .collect();
     let other: Vec<u64> = (0..n)
         .map(|j| {
-            let shown: u64 = series.iter().map(|s| s.values[j]).sum();
+            let shown = series
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.values[j]));
             timeline.points[j].live_bytes.saturating_sub(shown)
         })
         .collect();
@@ -308,7 +310,11 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
         return;
     }
     let stack_max = (0..n)
-        .map(|j| series.iter().map(|s| s.values[j]).sum::<u64>())
+        .map(|j| {
+            series
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.values[j]))
+        })
         .max()
         .unwrap_or(0);
     let pool_max = pools
@@ -381,7 +387,7 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
         }
         let mut d = String::with_capacity(n * 24);
         for j in 0..n {
-            let top = (base[j] + s.values[j]) as f64;
+            let top = base[j].saturating_add(s.values[j]) as f64;
             let _ = write!(
                 d,
                 "{}{:.1},{:.1}",
@@ -402,7 +408,7 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
             esc(&s.name)
         );
         for (b, v) in base.iter_mut().zip(&s.values) {
-            *b += v;
+            *b = b.saturating_add(*v);
         }
     }
     if n > 0 && n <= 60 {

@@ -234,7 +234,9 @@ impl MemoryFindings {
         if at <= self.judgement.warmup {
             return;
         }
-        let value = used as i64 - sample.tracked as i64;
+        // Saturating: the sizes come from the log (fuzz/fuzz_targets/event_log.rs).
+        let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let value = signed(used).saturating_sub(signed(sample.tracked));
         let tolerance = if pool {
             self.judgement.pool_tolerance
         } else {
@@ -258,7 +260,7 @@ impl MemoryFindings {
         if u.baseline.is_none() {
             u.baseline = Some((at, value));
             u.anchor = value;
-        } else if value >= u.anchor + tolerance {
+        } else if value >= u.anchor.saturating_add(tolerance) {
             if u.growth_events == 0 {
                 u.first_growth = at;
             } else {

@@ -244,7 +244,10 @@ impl TimelineBuilder {
     }
 
     fn add_live(&mut self, site: u32, bytes: u64) {
-        *self.site_live.entry(site).or_default() += bytes;
+        let live = self.site_live.entry(site).or_default();
+        // Saturating here and below: byte counts come from the log (a corrupt one may
+        // say anything; fuzz/fuzz_targets/event_log.rs).
+        *live = live.saturating_add(bytes);
     }
 
     fn sub_live(&mut self, site: u32, bytes: u64) {
@@ -301,7 +304,7 @@ impl TimelineBuilder {
                 self.time(*t_ns);
                 let stats = self.stats.entry(*site).or_default();
                 stats.born += 1;
-                stats.born_bytes += bytes;
+                stats.born_bytes = stats.born_bytes.saturating_add(*bytes);
                 if self.tensors.contains_key(tensor) {
                     return;
                 }
