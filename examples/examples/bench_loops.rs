@@ -4,7 +4,12 @@
 //! bench_loops compare [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N] [--no-dhat]
 //! bench_loops run <small|mlp> <plain|tracked> [--device cpu|cuda] [--warmup N] [--steps N]
 //! bench_loops memory [--records N] [--iterations N]
+//! bench_loops interleave [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N]
 //! ```
+//!
+//! `interleave` alternates blocks of untracked and tracked steps (A B A B ...) in one
+//! process, on the same model and data: no process-to-process variance (GPU clocks, pool
+//! state), at the price of not covering `TENSOR_LIFETIME=off` and dhat.
 //!
 //! `compare` runs the variants as paired processes, interleaved round by round
 //! (untracked, tracked, off, dhat, untracked, ...), and prints the medians and ratios:
@@ -76,6 +81,7 @@ fn main() -> Result<()> {
         Some("run") => run(&args),
         Some("compare") => compare(&args),
         Some("memory") => memory(&args),
+        Some("interleave") => interleave(&args),
         _ => {
             eprintln!("usage: bench_loops compare|run|memory ... (see the file's docs)");
             std::process::exit(2)
@@ -212,6 +218,31 @@ fn compare(args: &[String]) -> Result<()> {
                 vs_dhat
             );
         }
+    }
+    Ok(())
+}
+
+fn interleave(args: &[String]) -> Result<()> {
+    if std::env::var_os("TENSOR_LIFETIME_REPORT").is_none() {
+        std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    }
+    let device = device(args)?;
+    let rounds = arg(args, "--rounds", 10usize);
+    println!(
+        "bench_loops interleave: device {}, {rounds} rounds of untracked and tracked blocks in one process",
+        arg(args, "--device", "cpu".to_string())
+    );
+    println!("{:<8} {:<10} {:>14} {:>13}", "loop", "variant", "median/step", "vs untracked");
+    for (name, workload, steps) in [
+        ("small", Workload::Small, arg(args, "--small-steps", 10usize)),
+        ("mlp", Workload::Mlp, arg(args, "--mlp-steps", 40usize)),
+    ] {
+        let (mut plain, mut tracked) =
+            bench::interleaved(workload, &device, 5, steps, rounds, bench::Only::Both)?;
+        let p = bench::median(&mut plain) as f64;
+        let t = bench::median(&mut tracked) as f64;
+        println!("{:<8} {:<10} {:>11.3} ms {:>13.3}", name, "untracked", p / 1e6, 1.0);
+        println!("{:<8} {:<10} {:>11.3} ms {:>13.3}", name, "tracked", t / 1e6, t / p);
     }
     Ok(())
 }

@@ -94,6 +94,36 @@ pub fn run(
     warmup: usize,
     steps: usize,
 ) -> Result<Vec<u64>> {
+    let (plain, tracked_times) = interleaved(
+        workload,
+        device,
+        warmup,
+        steps,
+        1,
+        if tracked { Only::Tracked } else { Only::Plain },
+    )?;
+    Ok(if tracked { tracked_times } else { plain })
+}
+
+/// Which variants [`interleaved`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Only {
+    Plain,
+    Tracked,
+    Both,
+}
+
+/// Runs `rounds` blocks of `steps` measured steps of each variant in this process,
+/// alternating plain and tracked blocks (A B A B ...) on the same model and data, after
+/// `warmup` unmeasured steps of each; returns the step times of each variant.
+pub fn interleaved(
+    workload: Workload,
+    device: &Device,
+    warmup: usize,
+    steps: usize,
+    rounds: usize,
+    only: Only,
+) -> Result<(Vec<u64>, Vec<u64>)> {
     let varmap = VarMap::new();
     let mut mlp = match workload {
         Workload::Mlp => {
@@ -103,7 +133,7 @@ pub fn run(
         }
         Workload::Small => None,
     };
-    let mut step = || -> Result<()> {
+    let mut step = |tracked: bool| -> Result<()> {
         match (&mut mlp, tracked) {
             (None, false) => drop(small_step_plain(device)?),
             (None, true) => drop(small_step_tracked(device)?),
@@ -114,16 +144,18 @@ pub fn run(
     };
     // On a GPU the CPU waits for the device in `synchronize`: wall time is the measure
     // (the GPU host is not shared).
-    let clock = if device.is_cpu() {
-        cpu_time_ns
-    } else {
-        wall_time_ns
-    };
-    if tracked {
-        drive_tracked(&mut step, clock, warmup, steps)
-    } else {
-        drive_plain(&mut step, clock, warmup, steps)
+    let clock = if device.is_cpu() { cpu_time_ns } else { wall_time_ns };
+    let (mut plain, mut tracked) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let w = if round == 0 { warmup } else { 0 };
+        if only != Only::Tracked {
+            plain.extend(drive_plain(&mut || step(false), clock, w, steps)?);
+        }
+        if only != Only::Plain {
+            tracked.extend(drive_tracked(&mut || step(true), clock, w, steps)?);
+        }
     }
+    Ok((plain, tracked))
 }
 
 macro_rules! drive {

@@ -6,7 +6,9 @@
 //! live record, heap over a long tracked loop). Wall and CPU time on a shared machine
 //! move by a few percent between runs, more than the budgets being checked, so when
 //! valgrind is installed it also counts instructions per step with callgrind (the same
-//! count on every run): each variant runs `--warmup 1` with 2 and with 6 measured steps,
+//! count on every run, with one compute thread: `RAYON_NUM_THREADS=1`, since idle worker
+//! threads spin for a time that depends on scheduling): each variant runs `--warmup 1`
+//! with 2 and with 6 measured steps,
 //! and the difference divided by 4 is the cost of one step, start-up excluded. The
 //! hot-path micro-benchmarks are criterion's: `cargo bench -p tensor-lifetime --bench
 //! hot_paths`.
@@ -66,7 +68,10 @@ fn callgrind_ir(exe: &Path, args: &[&str], off: bool) -> Result<u64> {
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(exe)
         .args(args)
-        .env("TENSOR_LIFETIME_REPORT", "off");
+        .env("TENSOR_LIFETIME_REPORT", "off")
+        // One compute thread: idle worker threads spin for a scheduling-dependent time,
+        // which would make the counts differ from run to run.
+        .env("RAYON_NUM_THREADS", "1");
     if off {
         cmd.env("TENSOR_LIFETIME", "off");
     }

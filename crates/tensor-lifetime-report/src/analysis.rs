@@ -40,9 +40,10 @@
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
 
 use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
+use crate::fast_hash::HashMap;
 use crate::memory_findings::MemoryFindings;
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The knobs of the judgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +234,7 @@ impl Analysis {
                         session: *session,
                         judgement,
                         iterations: 0,
-                        series: HashMap::new(),
+                        series: HashMap::default(),
                         pending: Vec::new(),
                     },
                 );

@@ -25,6 +25,8 @@
 pub mod analysis;
 pub mod diff;
 pub mod event;
+#[doc(hidden)]
+pub mod fast_hash;
 pub mod html;
 pub mod memory_findings;
 pub mod report;

@@ -40,9 +40,10 @@
 //! new.
 
 use crate::event::{Event, MemorySample, SiteInfo};
+use crate::fast_hash::{HashMap, HashSet};
 use crate::report::{Finding, FindingKind, SiteRef};
 use crate::size::format_bytes;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// Most distinct sizes remembered per site.
 const MAX_SIZES_PER_SITE: usize = 4096;

@@ -21,6 +21,7 @@ use crate::site::Site;
 use crate::tracker::{self, Tracker};
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::time::Instant;
 
 /// One run of a tracked loop. Not `Send`: it belongs to the thread that opened it.
 #[derive(Debug)]
@@ -50,7 +51,11 @@ impl LoopScope {
         if let Some((t, frame)) = self.inner {
             t.begin_iteration(frame, index);
         }
-        Iteration { scope: self, index }
+        Iteration {
+            scope: self,
+            index,
+            started: Instant::now(),
+        }
     }
 
     /// Iterations started so far.
@@ -73,6 +78,7 @@ impl Drop for LoopScope {
 pub struct Iteration<'a> {
     scope: &'a LoopScope,
     index: u64,
+    started: Instant,
 }
 
 impl Iteration<'_> {
@@ -85,7 +91,7 @@ impl Iteration<'_> {
 impl Drop for Iteration<'_> {
     fn drop(&mut self) {
         if let Some((t, frame)) = self.scope.inner {
-            t.end_iteration(frame, self.index);
+            t.end_iteration(frame, self.index, self.started);
         }
     }
 }

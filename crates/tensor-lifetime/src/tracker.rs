@@ -29,7 +29,7 @@ use crate::weak::{self, WeakTensor};
 use candle_core::{DeviceLocation, Storage, Tensor};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -204,7 +204,6 @@ struct FrameState {
     parent: Option<(u64, u64)>,
     site: &'static Site,
     started: Instant,
-    iteration_started: Instant,
     /// Signature of the findings printed last (outermost frames).
     printed: Vec<(String, u32, &'static str, bool)>,
 }
@@ -221,8 +220,8 @@ struct State {
     /// Storage claims of the latest sweep (kept for its capacity).
     claims: FastMap<usize, Claim>,
     next_record: u64,
-    frames: HashMap<u64, FrameState>,
-    totals: HashMap<u32, SiteTotals>,
+    frames: FastMap<u64, FrameState>,
+    totals: FastMap<u32, SiteTotals>,
     devices: BTreeMap<u16, DeviceBytes>,
     analysis: Analysis,
     log: Option<BufWriter<File>>,
@@ -352,8 +351,8 @@ impl Tracker {
                 records: FastMap::default(),
                 claims: FastMap::default(),
                 next_record: 1,
-                frames: HashMap::new(),
-                totals: HashMap::new(),
+                frames: FastMap::default(),
+                totals: FastMap::default(),
                 devices: BTreeMap::new(),
                 analysis: Analysis::new(Judgement::default()),
                 log,
@@ -488,7 +487,6 @@ impl Tracker {
                 parent,
                 site,
                 started: now,
-                iteration_started: now,
                 printed: Vec::new(),
             },
         );
@@ -522,13 +520,10 @@ impl Tracker {
         if self.primary_frame.load(Ordering::Relaxed) == frame {
             self.primary_iteration.store(iteration, Ordering::Relaxed);
         }
-        if let Some(f) = self.state.lock().frames.get_mut(&frame) {
-            f.iteration_started = Instant::now();
-        }
     }
 
     /// Ends iteration `iteration` of `frame`: the sweep.
-    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64) {
+    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64, started: Instant) {
         let _ = LOCAL.try_with(|l| {
             if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
                 top.1 = iteration + 1;
@@ -545,7 +540,7 @@ impl Tracker {
         let Some(fs) = st.frames.get(&frame) else {
             return;
         };
-        let duration_ns = fs.iteration_started.elapsed().as_nanos() as u64;
+        let duration_ns = started.elapsed().as_nanos() as u64;
         let outermost = fs.parent.is_none();
         // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
         let samples = crate::memory::monitor_tick(|| {
@@ -700,7 +695,7 @@ impl Tracker {
         // Tensors first seen dead in this drain: later probes of the same key are
         // aliases. Keys cannot be reused meanwhile: the pending entries hold weak handles,
         // which keep the address allocated until `taken` drops.
-        let mut dead_seen = HashSet::new();
+        let mut dead_seen = FastSet::default();
         // In the order the probes were made, across threads: a tensor made on a worker or
         // loader thread and seen by the training thread right after keeps the worker's
         // site as its creation site, whichever thread's buffer is drained first. Each
@@ -854,31 +849,8 @@ impl Claim {
     }
 }
 
-/// Hashing for addresses: a multiplicative hash (Fibonacci hashing) instead of SipHash.
-/// Keys are heap addresses chosen by the allocator, not by an adversary.
-#[derive(Debug, Default, Clone, Copy)]
-struct AddrHasher(u64);
-
-impl std::hash::Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64 ^ self.0)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.write_usize(n as usize);
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<AddrHasher>>;
+type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
+type FastSet<K> = tensor_lifetime_report::fast_hash::HashSet<K>;
 
 struct SweepResult {
     live_tensors: u64,
@@ -936,7 +908,7 @@ impl State {
         }
     }
 
-    fn merge(&mut self, p: Pending, log: bool, dead_seen: &mut HashSet<usize>) {
+    fn merge(&mut self, p: Pending, log: bool, dead_seen: &mut FastSet<usize>) {
         let site = self.site_id(p.site);
         if dead_seen.contains(&p.key) {
             return;
