@@ -36,10 +36,10 @@ Examples:
 
 Exit codes: 0 done, 1 `diff --fail-on-increase` found growth, 2 bad input or error.";
 
-/// Tensor lifetime analyzer for candle: reads the event log of a tracked run.
-///
-/// `pub(crate)`: the fuzz target `fuzz/fuzz_targets/cli_options.rs` compiles this file as
-/// a module and parses arbitrary command lines with it.
+// `pub(crate)`: the fuzz target `fuzz/fuzz_targets/cli_options.rs` compiles this file as
+// a module and parses arbitrary command lines with it. (A plain comment: the doc comment
+// below is the `--help` text.)
+/// Tensor lifetime analyzer for candle: reads the event log of a tracked run
 #[derive(Debug, Parser)]
 #[command(name = "tensor-lifetime", version, after_help = EXAMPLES)]
 pub(crate) struct Cli {
