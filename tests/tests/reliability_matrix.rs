@@ -202,6 +202,9 @@ pub fn l1_dataset_cache(p: Params) -> Result<f32> {
 
 /// L2: features memoized by a key that changes every step (the global step): the memo
 /// never hits and never evicts.
+// `contains_key` then `insert`, as memo code is often written (the `Entry` form would
+// name the slot, not `memo`, as the holder).
+#[allow(clippy::map_entry)]
 #[tensor_lifetime::track]
 pub fn l2_memo_by_step(p: Params) -> Result<f32> {
     let (_varmap, model) = setup(&p)?;

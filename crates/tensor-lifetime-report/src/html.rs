@@ -326,7 +326,7 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
     let ymax = ((stack_max.max(pool_max).max(1) as f64 / step).ceil() * step).max(step);
     let scale = Scale {
         t0: timeline.t_min,
-        t1: timeline.t_max.max(timeline.t_min + 1),
+        t1: timeline.t_max.max(timeline.t_min.saturating_add(1)),
         ymax,
     };
     let _ = writeln!(
@@ -359,7 +359,7 @@ fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
     out.push_str("<g class=\"axis x\">");
     let mut ms = 0.0;
     while ms <= span_ms + tstep / 1000.0 {
-        let x = scale.x(scale.t0 + (ms * 1e6) as u64);
+        let x = scale.x(scale.t0.saturating_add((ms * 1e6) as u64));
         let _ = write!(
             out,
             "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>\
@@ -779,7 +779,7 @@ fn chart_data(timeline: &Timeline, series: &[Series]) -> serde_json::Value {
     let points = &timeline.points;
     json!({
         "t0": timeline.t_min,
-        "t1": timeline.t_max.max(timeline.t_min + 1),
+        "t1": timeline.t_max.max(timeline.t_min.saturating_add(1)),
         "loops": timeline.loops,
         "t": points.iter().map(|p| ms(p.t_ns)).collect::<Vec<_>>(),
         "loop": points.iter().map(|p| p.loop_index).collect::<Vec<_>>(),
