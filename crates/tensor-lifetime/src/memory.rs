@@ -698,15 +698,15 @@ mod tests {
         // The only test that ticks the monitor (its counter is global).
         let devices = vec![("cpu".to_string(), 64, 128)];
         set_memory_monitor(0);
-        assert!((0..7).all(|_| monitor_tick(&devices).is_empty()));
+        assert!((0..7).all(|_| monitor_tick(|| devices.clone()).is_empty()));
         set_memory_monitor(5);
         let due: Vec<usize> = (0..10)
-            .filter(|_| !monitor_tick(&devices).is_empty())
+            .filter(|_| !monitor_tick(|| devices.clone()).is_empty())
             .collect();
         // Ticks 8 to 17: due at steps 10 and 15.
         assert_eq!(due, [2, 7]);
         MONITOR_STEPS.store(4, Ordering::Relaxed);
-        let got = monitor_tick(&devices);
+        let got = monitor_tick(|| devices.clone());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, "cpu");
         assert_eq!(got[0].1.tracked, 64);
