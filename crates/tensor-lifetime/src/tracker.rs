@@ -1005,6 +1005,9 @@ impl State {
         let mut survivors = Vec::new();
         let mut claims = std::mem::take(&mut self.claims);
         claims.clear();
+        // One allocation up front rather than growth by rehashing (large tables are not
+        // kept between sweeps, see below).
+        claims.reserve(self.records.len());
         for (key, r) in &self.records {
             if r.weak.strong_count() == 0 {
                 dead.push(*key);
