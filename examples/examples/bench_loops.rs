@@ -232,17 +232,36 @@ fn interleave(args: &[String]) -> Result<()> {
         "bench_loops interleave: device {}, {rounds} rounds of untracked and tracked blocks in one process",
         arg(args, "--device", "cpu".to_string())
     );
-    println!("{:<8} {:<10} {:>14} {:>13}", "loop", "variant", "median/step", "vs untracked");
+    println!(
+        "{:<8} {:<10} {:>14} {:>13}",
+        "loop", "variant", "median/step", "vs untracked"
+    );
     for (name, workload, steps) in [
-        ("small", Workload::Small, arg(args, "--small-steps", 10usize)),
+        (
+            "small",
+            Workload::Small,
+            arg(args, "--small-steps", 10usize),
+        ),
         ("mlp", Workload::Mlp, arg(args, "--mlp-steps", 40usize)),
     ] {
         let (mut plain, mut tracked) =
             bench::interleaved(workload, &device, 5, steps, rounds, bench::Only::Both)?;
         let p = bench::median(&mut plain) as f64;
         let t = bench::median(&mut tracked) as f64;
-        println!("{:<8} {:<10} {:>11.3} ms {:>13.3}", name, "untracked", p / 1e6, 1.0);
-        println!("{:<8} {:<10} {:>11.3} ms {:>13.3}", name, "tracked", t / 1e6, t / p);
+        println!(
+            "{:<8} {:<10} {:>11.3} ms {:>13.3}",
+            name,
+            "untracked",
+            p / 1e6,
+            1.0
+        );
+        println!(
+            "{:<8} {:<10} {:>11.3} ms {:>13.3}",
+            name,
+            "tracked",
+            t / 1e6,
+            t / p
+        );
     }
     Ok(())
 }

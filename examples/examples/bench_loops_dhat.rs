@@ -35,7 +35,13 @@ fn main() -> Result<()> {
     };
     let out = std::env::temp_dir().join(format!("dhat-heap-{}.json", std::process::id()));
     let profiler = dhat::Profiler::builder().file_name(&out).build();
-    let mut times = bench::run(workload, false, &device, value("--warmup", 5), value("--steps", 50))?;
+    let mut times = bench::run(
+        workload,
+        false,
+        &device,
+        value("--warmup", 5),
+        value("--steps", 50),
+    )?;
     println!("median_ns {}", bench::median(&mut times));
     drop(profiler);
     let _ = std::fs::remove_file(out);

@@ -144,7 +144,11 @@ pub fn interleaved(
     };
     // On a GPU the CPU waits for the device in `synchronize`: wall time is the measure
     // (the GPU host is not shared).
-    let clock = if device.is_cpu() { cpu_time_ns } else { wall_time_ns };
+    let clock = if device.is_cpu() {
+        cpu_time_ns
+    } else {
+        wall_time_ns
+    };
     let (mut plain, mut tracked) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let w = if round == 0 { warmup } else { 0 };

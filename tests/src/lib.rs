@@ -9,8 +9,7 @@ pub fn line_of(source: &str, needle: &str) -> u32 {
     source
         .lines()
         .position(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("{needle:?} not found in source"))
-        as u32
+        .unwrap_or_else(|| panic!("{needle:?} not found in source")) as u32
         + 1
 }
 

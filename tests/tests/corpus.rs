@@ -665,7 +665,11 @@ fn parameters_first_seen_in_a_tracked_loop_are_not_born_there() {
     result.unwrap();
     assert!(!outcome.report.has_leaks(), "{}", outcome.report);
     assert!(
-        outcome.report.findings.iter().all(|f| f.site.label != "var"),
+        outcome
+            .report
+            .findings
+            .iter()
+            .all(|f| f.site.label != "var"),
         "{}",
         outcome.report
     );

@@ -43,7 +43,10 @@ fn refcounts_drops_and_views() {
     // Dropping the base keeps the storage alive through the view: still counted once.
     drop(a);
     drop(a2);
-    assert!(live_for("a").is_empty(), "the drop is seen at the next sweep");
+    assert!(
+        live_for("a").is_empty(),
+        "the drop is seen at the next sweep"
+    );
     let report = tensor_lifetime::report();
     assert_eq!(report.live_tensors, 1);
     assert_eq!(report.live_bytes, 32 * 32 * 4);

@@ -92,7 +92,10 @@ fn instructions(exe: &Path) -> Result<()> {
         return Ok(());
     }
     println!("instructions per step (callgrind; (Ir at 6 steps - Ir at 2 steps) / 4):");
-    println!("{:<8} {:<10} {:>16} {:>13}", "loop", "variant", "instr/step", "vs untracked");
+    println!(
+        "{:<8} {:<10} {:>16} {:>13}",
+        "loop", "variant", "instr/step", "vs untracked"
+    );
     for workload in ["small", "mlp"] {
         let mut base = 0f64;
         for (name, mode, off) in [
