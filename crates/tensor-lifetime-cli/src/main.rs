@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
 use tensor_lifetime_report::size::format_bytes;
+use tensor_lifetime_report::size::group_digits as group;
 use tensor_lifetime_report::timeline::{TimelineBuilder, DEFAULT_MAX_POINTS};
 use tensor_lifetime_report::trace::TraceWriter;
 use tensor_lifetime_report::{Analysis, Diff};
@@ -149,18 +150,6 @@ fn create(path: &PathBuf) -> Result<Box<dyn Write>> {
     }
     let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok(Box::new(BufWriter::with_capacity(256 * 1024, file)))
-}
-
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn wrote(progress: &Progress, output: &PathBuf, what: String) {

@@ -16,6 +16,7 @@
 use crate::event::SiteKind;
 use crate::report::{Finding, Report};
 use crate::size::format_bytes;
+use crate::size::group_digits as group;
 use crate::timeline::Timeline;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -203,18 +204,6 @@ pub fn render(timeline: &Timeline, report: &Report, opts: &HtmlOptions) -> Strin
          <script>{SCRIPT}</script>\n</body>\n</html>\n",
         script_json(&data)
     );
-    out
-}
-
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
     out
 }
 

@@ -25,6 +25,19 @@ pub fn format_signed(bytes: f64) -> String {
     }
 }
 
+/// A count with thousands separators: `2400` → `2,400`.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Error from [`parse_size`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseSizeError {
@@ -117,6 +130,14 @@ mod tests {
         assert_eq!(format_bytes(1024), "1.0 KiB");
         assert_eq!(format_bytes(1_258_291), "1.2 MiB");
         assert_eq!(format_bytes(96 * 1024 * 1024), "96.0 MiB");
+    }
+
+    #[test]
+    fn groups_digits() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(2400), "2,400");
+        assert_eq!(group_digits(1_000_312), "1,000,312");
     }
 
     #[test]
