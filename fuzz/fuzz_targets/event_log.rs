@@ -132,7 +132,7 @@ impl Bytes<'_> {
     }
 
     fn opt(&mut self) -> Option<u64> {
-        (self.byte() % 3 == 0).then(|| self.num())
+        self.byte().is_multiple_of(3).then(|| self.num())
     }
 
     fn done(&self) -> bool {
@@ -171,7 +171,7 @@ fn decode(program: &[u8]) -> Vec<Event> {
                 frame: b.small(5),
                 site: b.small(8) as u32,
                 name: LABELS[b.small(6) as usize].to_string(),
-                parent: (b.byte() % 2 == 0).then(|| b.small(5)),
+                parent: b.byte().is_multiple_of(2).then(|| b.small(5)),
                 parent_iteration: b.opt(),
                 thread: b.small(4),
                 session: b.small(3),
@@ -182,11 +182,14 @@ fn decode(program: &[u8]) -> Vec<Event> {
                 t_ns,
                 tensor: b.small(32),
                 site: b.small(8) as u32,
-                frame: (b.byte() % 2 == 0).then(|| b.small(5)),
+                frame: b.byte().is_multiple_of(2).then(|| b.small(5)),
                 iteration: b.num(),
                 bytes: b.num(),
                 storage: b.small(16),
-                shape: (b.byte() % 2 == 0).then(|| vec![b.num() as usize, b.small(4) as usize]),
+                shape: b
+                    .byte()
+                    .is_multiple_of(2)
+                    .then(|| vec![b.num() as usize, b.small(4) as usize]),
                 dtype: "f32".to_string(),
                 device: DEVICES[b.small(4) as usize].to_string(),
                 thread: b.small(4),
