@@ -390,11 +390,18 @@ impl Tracker {
             // born there.
             let (frame, iteration, session) = if stack.is_empty() {
                 let frame = self.primary_frame.load(Ordering::Acquire);
-                if frame == 0 || serial < self.primary_watermark.load(Ordering::Relaxed) {
+                let primary_session = self.primary_session.load(Ordering::Relaxed);
+                // A thread in a leak session of its own (a parallel leak test whose code
+                // runs no loop) is not a loader of another session's loop: its tensors are
+                // not summarized there (tests/tests/reliability_sessions.rs).
+                if frame == 0
+                    || serial < self.primary_watermark.load(Ordering::Relaxed)
+                    || (session != 0 && session != primary_session)
+                {
                     (0, 0, session)
                 } else {
                     let session = match session {
-                        0 => self.primary_session.load(Ordering::Relaxed),
+                        0 => primary_session,
                         s => s,
                     };
                     (
