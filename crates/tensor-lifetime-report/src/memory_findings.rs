@@ -333,18 +333,10 @@ impl MemoryFindings {
                 loop_name: loop_name.clone(),
                 loop_site: loop_site.and_then(&site).map(SiteRef::from),
                 iteration: u.last.0.saturating_sub(1),
-                survivors: 0,
                 iterations: span,
                 first_iteration: base_at.saturating_sub(1),
                 bytes: growth,
                 bytes_per_iteration: per_iteration,
-                refcount: 0,
-                holders: Vec::new(),
-                graph_tensors: 0,
-                graph_bytes: 0,
-                view_bytes: 0,
-                view_storage_bytes: 0,
-                held_sites: Vec::new(),
                 hint: format!(
                     "{used_name} {} with {} tracked: {} untracked now, +{} in {} iterations \
                      ({} growth events); {}",
@@ -356,6 +348,7 @@ impl MemoryFindings {
                     u.growth_events,
                     FindingKind::UntrackedGrowth.hint()
                 ),
+                ..Finding::at(FindingKind::UntrackedGrowth, SiteRef::default())
             });
         }
         let j = &self.judgement;
@@ -391,18 +384,8 @@ impl MemoryFindings {
                     .unwrap_or_default(),
                 loop_site: loop_site.and_then(&site).map(SiteRef::from),
                 iteration: s.last_iteration,
-                survivors: 0,
                 iterations: s.iterations,
-                first_iteration: 0,
                 bytes: s.largest,
-                bytes_per_iteration: 0,
-                refcount: 0,
-                holders: Vec::new(),
-                graph_tensors: 0,
-                graph_bytes: 0,
-                view_bytes: 0,
-                view_storage_bytes: 0,
-                held_sites: Vec::new(),
                 hint: format!(
                     "{capped}{} distinct sizes from {} to {} in {} iterations, {} of which \
                      brought a new size{shapes}; {}",
@@ -413,6 +396,7 @@ impl MemoryFindings {
                     s.new_size_iterations,
                     FindingKind::ShapeChurn.hint()
                 ),
+                ..Finding::at(FindingKind::ShapeChurn, SiteRef::default())
             });
         }
         out

@@ -77,7 +77,7 @@ impl FindingKind {
 }
 
 /// A site as reports show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteRef {
     pub file: String,
     pub line: u32,
@@ -180,6 +180,32 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// A finding of `kind` at `site` with every count zero and no holders: the base
+    /// that judgements fill in (`Finding { bytes, hint, ..Finding::at(kind, site) }`).
+    pub fn at(kind: FindingKind, site: SiteRef) -> Finding {
+        Finding {
+            kind,
+            growing: false,
+            site,
+            loop_name: String::new(),
+            loop_site: None,
+            iteration: 0,
+            survivors: 0,
+            iterations: 0,
+            first_iteration: 0,
+            bytes: 0,
+            bytes_per_iteration: 0,
+            refcount: 0,
+            holders: Vec::new(),
+            graph_tensors: 0,
+            graph_bytes: 0,
+            view_bytes: 0,
+            view_storage_bytes: 0,
+            held_sites: Vec::new(),
+            hint: kind.hint().to_string(),
+        }
+    }
+
     /// A leak, or a graph or view retention that keeps growing.
     pub fn is_leak(&self) -> bool {
         self.kind == FindingKind::Leak
