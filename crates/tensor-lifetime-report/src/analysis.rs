@@ -40,7 +40,7 @@
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
 
 use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
-use crate::fast_hash::HashMap;
+use crate::fast_hash::{HashMap, HashSet};
 use crate::memory_findings::MemoryFindings;
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
 use std::collections::BTreeMap;
@@ -102,7 +102,8 @@ impl Series {
         }
         self.current = count;
         match sweep {
-            Some(s) => self.last = s.clone(),
+            // `clone_from`: the holders' allocation is reused at every iteration end.
+            Some(s) => self.last.clone_from(s),
             None => {
                 self.last.survivors = 0;
                 self.last.bytes = 0;
@@ -168,8 +169,11 @@ pub struct Analysis {
     loops: BTreeMap<u32, LoopSummary>,
     /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
     confirmed: BTreeMap<(u64, u32, u32), Verdict>,
-    /// Tensors born per site.
-    born: HashMap<u32, u64>,
+    /// Sites that bore a tensor.
+    born: HashSet<u32>,
+    /// The sites inserted in `born` most recently, by `site % 8`: a birth at a site
+    /// found here costs no hashing (the few sites of a loop body repeat every iteration).
+    born_recent: [u32; 8],
     live_tensors: u64,
     live_bytes: u64,
     peak_live_bytes: u64,
@@ -292,7 +296,7 @@ impl Analysis {
         };
         let j = frame.judgement;
         frame.iterations = frame.iterations.max(iteration.saturating_add(1));
-        let by_site: HashMap<u32, &SiteSweep> = sites.iter().map(|s| (s.site, s)).collect();
+        let by_site = SiteLookup::new(sites);
         for s in sites {
             frame.series.entry(s.site).or_insert_with(|| Series {
                 first_iteration: iteration,
@@ -307,7 +311,7 @@ impl Analysis {
             .map(|(site, _)| (*site, frame.series.get(site).map_or(0, |s| s.max)))
             .collect();
         for (site, series) in frame.series.iter_mut() {
-            series.observe(iteration, by_site.get(site).copied(), &j);
+            series.observe(iteration, by_site.get(*site), &j);
         }
         // Growth of nested frames that ended: confirmed if it makes a new high at this
         // level too. Growth released by this iteration's end (per-epoch accumulation), or
@@ -316,7 +320,7 @@ impl Analysis {
         // confirmation of it is withdrawn.
         for (site, mut verdict) in std::mem::take(&mut frame.pending) {
             let key = (verdict.session, verdict.loop_site, site);
-            let survivors = by_site.get(&site).map_or(0, |s| s.survivors);
+            let survivors = by_site.get(site).map_or(0, |s| s.survivors);
             // Not in the warm-up iteration: state created once, lazily, in the first
             // iteration (optimizer buffers) makes its only high there.
             if iteration >= j.warmup && survivors > highs.get(&site).copied().unwrap_or(0) {
@@ -374,7 +378,12 @@ impl Analysis {
     /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
     /// count each storage once; `bytes` is not added here.
     pub fn note_born(&mut self, site: u32, _bytes: u64) {
-        *self.born.entry(site).or_default() += 1;
+        let slot = &mut self.born_recent[site as usize % 8];
+        // Slots start at 0, so site 0 always takes the set's path.
+        if *slot != site || site == 0 {
+            self.born.insert(site);
+            *slot = site;
+        }
         // Saturating: `live_tensors` comes from the log's sweeps, which a corrupt log may
         // set to anything.
         self.live_tensors = self.live_tensors.saturating_add(1);
@@ -610,6 +619,33 @@ impl Analysis {
             view_storage_bytes: last.view_storage_bytes,
             held_sites,
             hint: kind.hint().to_string(),
+        }
+    }
+}
+
+/// An iteration end's summaries by site. The tracker writes them sorted by site (looked
+/// up by binary search, nothing built); a log written otherwise gets a map.
+enum SiteLookup<'a> {
+    Sorted(&'a [SiteSweep]),
+    Map(HashMap<u32, &'a SiteSweep>),
+}
+
+impl<'a> SiteLookup<'a> {
+    fn new(sites: &'a [SiteSweep]) -> Self {
+        if sites.is_sorted_by_key(|s| s.site) {
+            SiteLookup::Sorted(sites)
+        } else {
+            SiteLookup::Map(sites.iter().map(|s| (s.site, s)).collect())
+        }
+    }
+
+    fn get(&self, site: u32) -> Option<&'a SiteSweep> {
+        match self {
+            SiteLookup::Sorted(sites) => sites
+                .binary_search_by_key(&site, |s| s.site)
+                .ok()
+                .map(|i| &sites[i]),
+            SiteLookup::Map(map) => map.get(&site).copied(),
         }
     }
 }

@@ -76,7 +76,7 @@ pub struct HolderCount {
 }
 
 /// What a sweep found about the survivors of one site within one loop frame.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SiteSweep {
     pub site: u32,
     /// Live tensors born at this site in this frame (or loops nested in it).
@@ -104,6 +104,29 @@ pub struct SiteSweep {
     pub view_bytes: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub view_storage_bytes: u64,
+}
+
+// By hand for `clone_from`, which reuses the holders' allocation: the analysis keeps the
+// latest sweep of every series, at every iteration end.
+impl Clone for SiteSweep {
+    fn clone(&self) -> Self {
+        let mut out = SiteSweep {
+            holders: Vec::new(),
+            ..*self
+        };
+        out.holders.clone_from(&self.holders);
+        out
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        let mut holders = std::mem::take(&mut self.holders);
+        holders.clone_from(&source.holders);
+        *self = SiteSweep {
+            holders: Vec::new(),
+            ..*source
+        };
+        self.holders = holders;
+    }
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -115,6 +115,8 @@ struct Shapes {
     last_new_shape: Option<Vec<usize>>,
     frame: Option<u64>,
     last_iteration: u64,
+    /// Size of the latest tensor (a site usually repeats it: no set lookup then).
+    last_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +202,10 @@ impl MemoryFindings {
         }
         s.frame = Some(frame);
         s.last_iteration = iteration;
+        if s.last_bytes == Some(bytes) {
+            return;
+        }
+        s.last_bytes = Some(bytes);
         let new = if s.sizes.len() >= MAX_SIZES_PER_SITE {
             !s.sizes.contains(&bytes)
         } else {

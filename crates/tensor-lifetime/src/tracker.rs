@@ -29,7 +29,7 @@ use crate::weak::{self, WeakTensor};
 use candle_core::{DeviceLocation, Storage, Tensor};
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -123,6 +123,9 @@ pub(crate) struct Pending {
     iteration: u64,
     session: u64,
     thread: u64,
+    /// Global probe order (the drain merges threads' buffers by it).
+    seq: u64,
+    /// Time of the probe, read only when an event log is written (0 otherwise).
     t_ns: u64,
     storage: usize,
     storage_bytes: u64,
@@ -221,11 +224,55 @@ struct State {
     claims: FastMap<usize, Claim>,
     next_record: u64,
     frames: FastMap<u64, FrameState>,
-    totals: FastMap<u32, SiteTotals>,
-    devices: BTreeMap<u16, DeviceBytes>,
+    /// Per-site totals, indexed by site id - 1 (ids are dense, see [`State::site_id`]).
+    totals: Vec<SiteTotals>,
+    /// Tracked bytes per device code, sorted by code (a handful of devices at most).
+    devices: Vec<(u16, DeviceBytes)>,
     analysis: Analysis,
     log: Option<BufWriter<File>>,
     log_error: bool,
+    /// Working buffers of drains and sweeps, kept between them for their capacity.
+    scratch: Scratch,
+}
+
+/// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
+/// iteration ends so that a steady loop allocates nothing there. Each is given back when
+/// it grew large ([`Scratch::trim`]), so steady-state memory stays the records alone.
+#[derive(Default)]
+struct Scratch {
+    /// Probes taken from the threads' buffers (swapped with a thread's buffer, so that
+    /// both keep their capacity).
+    drained: Vec<Pending>,
+    /// Tensors found dead in the current drain.
+    dead_seen: FastSet<usize>,
+    /// Records found dead in the current sweep.
+    dead: Vec<usize>,
+    /// Survivors of the ending frame: (site, iteration, key).
+    survivors: Vec<(u32, u32, usize)>,
+    /// Holder counts of the site being summarized.
+    holders: Vec<(HolderSpec, u64)>,
+    /// The sweep's per-site summaries (the `sites` of its `iteration_end` event).
+    sites: Vec<SiteSweep>,
+}
+
+impl Scratch {
+    const KEEP: usize = 8192;
+
+    fn trim(&mut self) {
+        fn trim_vec<T>(v: &mut Vec<T>) {
+            if v.capacity() > Scratch::KEEP {
+                *v = Vec::new();
+            }
+        }
+        trim_vec(&mut self.drained);
+        trim_vec(&mut self.dead);
+        trim_vec(&mut self.survivors);
+        trim_vec(&mut self.holders);
+        trim_vec(&mut self.sites);
+        if self.dead_seen.capacity() > Scratch::KEEP {
+            self.dead_seen = FastSet::default();
+        }
+    }
 }
 
 /// A leak-test session's (warm-up, window) overrides.
@@ -235,6 +282,9 @@ type JudgementOverride = (Option<u64>, Option<u64>);
 pub(crate) struct Tracker {
     config: Config,
     start: Instant,
+    /// An event log is written: probes and iterations read the clock only then.
+    timed: bool,
+    next_seq: AtomicU64,
     state: Mutex<State>,
     buffers: Mutex<Vec<Buffer>>,
     next_frame: AtomicU64,
@@ -344,6 +394,8 @@ impl Tracker {
             }
         }
         Tracker {
+            timed: config.log.is_some(),
+            next_seq: AtomicU64::new(0),
             config,
             start,
             state: Mutex::new(State {
@@ -352,11 +404,12 @@ impl Tracker {
                 claims: FastMap::default(),
                 next_record: 1,
                 frames: FastMap::default(),
-                totals: FastMap::default(),
-                devices: BTreeMap::new(),
+                totals: Vec::new(),
+                devices: Vec::new(),
                 analysis: Analysis::new(Judgement::default()),
                 log,
                 log_error: false,
+                scratch: Scratch::default(),
             }),
             buffers: Mutex::new(Vec::new()),
             next_frame: AtomicU64::new(1),
@@ -374,11 +427,27 @@ impl Tracker {
         self.start.elapsed().as_nanos() as u64
     }
 
+    /// [`Tracker::now_ns`] when an event log is written (its events carry times), else 0:
+    /// nothing else reads the times of probes and iterations, and a clock read is not free
+    /// on every host (a virtual machine's clock source may need a system call).
+    #[inline]
+    fn stamp(&self) -> u64 {
+        if self.timed {
+            self.now_ns()
+        } else {
+            0
+        }
+    }
+
     /// Records a tensor seen at `site` (a binding, or a store when `store`).
     #[inline]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
         let (storage, storage_bytes, view_bytes, device) = observe(t);
-        let t_ns = self.now_ns();
+        let t_ns = self.stamp();
+        // One counter for all threads: its order agrees with every thread's program order
+        // and with hand-offs between threads (a tensor made on a loader thread and probed
+        // by the training thread after it was sent there).
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let serial = weak::serial(t);
         let _ = LOCAL.try_with(|local| {
             let (session, session_start) = local.session.get();
@@ -426,6 +495,7 @@ impl Tracker {
                 iteration,
                 session,
                 thread: local.thread,
+                seq,
                 t_ns,
                 storage,
                 storage_bytes,
@@ -517,8 +587,9 @@ impl Tracker {
         frame
     }
 
-    /// Marks the start of iteration `iteration` of `frame` on this thread.
-    pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) {
+    /// Marks the start of iteration `iteration` of `frame` on this thread; returns its
+    /// start time for the event log ([`Tracker::stamp`]).
+    pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) -> u64 {
         let _ = LOCAL.try_with(|l| {
             if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
                 top.1 = iteration;
@@ -527,10 +598,11 @@ impl Tracker {
         if self.primary_frame.load(Ordering::Relaxed) == frame {
             self.primary_iteration.store(iteration, Ordering::Relaxed);
         }
+        self.stamp()
     }
 
-    /// Ends iteration `iteration` of `frame`: the sweep.
-    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64, started: Instant) {
+    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64, started_ns: u64) {
         let _ = LOCAL.try_with(|l| {
             if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
                 top.1 = iteration + 1;
@@ -542,12 +614,12 @@ impl Tracker {
         }
         let mut st = self.state.lock();
         self.drain(&mut st);
-        let t_ns = self.now_ns();
-        let sweep = st.sweep(Some(frame), t_ns, self.config.log.is_some());
+        let t_ns = self.stamp();
+        let sweep = st.sweep(Some(frame), t_ns, self.timed);
         let Some(fs) = st.frames.get(&frame) else {
             return;
         };
-        let duration_ns = started.elapsed().as_nanos() as u64;
+        let duration_ns = t_ns.saturating_sub(started_ns);
         let outermost = fs.parent.is_none();
         // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
         let samples = crate::memory::monitor_tick(|| {
@@ -563,15 +635,22 @@ impl Tracker {
                 sample,
             });
         }
-        st.emit(Event::IterationEnd {
+        // The summaries go into the event and come back to the scratch buffers, which
+        // keep their allocations for the next sweep.
+        let event = Event::IterationEnd {
             t_ns,
             frame,
             iteration,
             duration_ns,
             live_tensors: sweep.live_tensors,
             live_bytes: sweep.live_bytes,
-            sites: sweep.sites,
-        });
+            sites: std::mem::take(&mut st.scratch.sites),
+        };
+        st.emit_ref(&event);
+        if let Event::IterationEnd { sites, .. } = event {
+            st.scratch.sites = sites;
+        }
+        st.scratch.trim();
         st.flush_log();
         if outermost {
             self.auto_report(&mut st, frame, iteration, false);
@@ -686,37 +765,53 @@ impl Tracker {
 
     /// Moves every thread's buffered probes into the registry.
     fn drain(&self, st: &mut State) {
-        let mut taken = Vec::new();
+        let mut taken = std::mem::take(&mut st.scratch.drained);
+        let mut sources = 0;
         {
             let mut buffers = self.buffers.lock();
             // Buffers of threads that exited and have nothing left can go.
             buffers.retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
             for b in buffers.iter() {
                 let mut guard = b.lock();
-                if !guard.is_empty() {
-                    taken.push(std::mem::take(&mut *guard));
+                if guard.is_empty() {
+                    continue;
+                }
+                sources += 1;
+                if taken.is_empty() {
+                    // The thread gets the drained (empty, allocated) buffer back.
+                    std::mem::swap(&mut *guard, &mut taken);
+                } else {
+                    taken.append(&mut guard);
                 }
             }
         }
-        let log = st.log.is_some();
-        // Tensors first seen dead in this drain: later probes of the same key are
-        // aliases. Keys cannot be reused meanwhile: the pending entries hold weak handles,
-        // which keep the address allocated until `taken` drops.
-        let mut dead_seen = FastSet::default();
         // In the order the probes were made, across threads: a tensor made on a worker or
         // loader thread and seen by the training thread right after keeps the worker's
         // site as its creation site, whichever thread's buffer is drained first. Each
-        // buffer is in time order already; the stable sort keeps it for equal times.
-        if taken.len() > 1 {
-            let mut all: Vec<Pending> = taken.drain(..).flatten().collect();
-            all.sort_by_key(|p| p.t_ns);
-            taken.push(all);
+        // buffer is in probe order already.
+        if sources > 1 {
+            taken.sort_unstable_by_key(|p| p.seq);
         }
-        for batch in &mut taken {
-            for p in batch.drain(..) {
-                st.merge(p, log, &mut dead_seen);
-            }
+        let log = st.log.is_some();
+        // Tensors first seen dead in this drain: later probes of the same key are
+        // aliases. Keys cannot be reused meanwhile: a tensor probed later in this drain
+        // was made while the earlier one's pending entry still held its weak handle, which
+        // keeps the address allocated.
+        // Only a key probed more than once can be seen dead again: a small drain (an
+        // iteration's few bindings) compares its keys directly and skips the set when none
+        // repeats.
+        let repeats = taken.len() > 32
+            || taken
+                .iter()
+                .enumerate()
+                .any(|(i, p)| taken[i + 1..].iter().any(|q| q.key == p.key));
+        let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
+        for p in taken.drain(..) {
+            st.merge(p, log, repeats.then_some(&mut dead_seen));
         }
+        dead_seen.clear();
+        st.scratch.dead_seen = dead_seen;
+        st.scratch.drained = taken;
     }
 
     /// The report as of now (drains pending probes first).
@@ -774,7 +869,9 @@ impl Tracker {
         let mut v: Vec<_> = st
             .totals
             .iter()
-            .map(|(id, t)| (st.sites[*id as usize - 1], *t))
+            .zip(&st.sites)
+            .filter(|(t, _)| t.born > 0)
+            .map(|(t, site)| (*site, *t))
             .collect();
         v.sort_by_key(|(s, _)| (s.file, s.line, s.column));
         v
@@ -790,14 +887,17 @@ impl Tracker {
         let t_ns = self.now_ns();
         let log = st.log.is_some();
         st.sweep(None, t_ns, log);
-        st.devices.get(&code).map_or((0, 0), |d| (d.live, d.peak))
+        st.devices
+            .iter()
+            .find(|(c, _)| *c == code)
+            .map_or((0, 0), |(_, d)| (d.live, d.peak))
     }
 
     /// Resets the peak of `device` to its current live bytes.
     pub(crate) fn reset_tracked_peak(&self, device: &str) {
         if let Some(code) = device_from_name(device) {
             let mut st = self.state.lock();
-            if let Some(d) = st.devices.get_mut(&code) {
+            if let Some((_, d)) = st.devices.iter_mut().find(|(c, _)| *c == code) {
                 d.peak = d.live;
             }
         }
@@ -862,7 +962,6 @@ type FastSet<K> = tensor_lifetime_report::fast_hash::HashSet<K>;
 struct SweepResult {
     live_tensors: u64,
     live_bytes: u64,
-    sites: Vec<SiteSweep>,
 }
 
 impl State {
@@ -888,6 +987,7 @@ impl State {
             return id;
         }
         self.sites.push(site);
+        self.totals.push(SiteTotals::default());
         let id = self.sites.len() as u32;
         site.set_id(id);
         self.emit(Event::Site {
@@ -898,6 +998,11 @@ impl State {
     }
 
     fn emit(&mut self, event: Event) {
+        self.emit_ref(&event);
+    }
+
+    /// Writes `event` to the log and applies it to the analysis.
+    fn emit_ref(&mut self, event: &Event) {
         if let Some(w) = self.log.as_mut() {
             if let Err(e) = event.write_line(w) {
                 if !self.log_error {
@@ -906,7 +1011,7 @@ impl State {
                 }
             }
         }
-        self.analysis.apply(&event);
+        self.analysis.apply(event);
     }
 
     fn flush_log(&mut self) {
@@ -915,9 +1020,11 @@ impl State {
         }
     }
 
-    fn merge(&mut self, p: Pending, log: bool, dead_seen: &mut FastSet<usize>) {
+    /// Merges one probe into the registry. `dead_seen`: the tensors found dead earlier in
+    /// this drain, `None` when no key of the drain repeats.
+    fn merge(&mut self, p: Pending, log: bool, mut dead_seen: Option<&mut FastSet<usize>>) {
         let site = self.site_id(p.site);
-        if dead_seen.contains(&p.key) {
+        if dead_seen.as_ref().is_some_and(|d| d.contains(&p.key)) {
             return;
         }
         if let Some(r) = self.records.get_mut(&p.key) {
@@ -939,8 +1046,12 @@ impl State {
         }
         let id = self.next_record;
         self.next_record += 1;
-        self.totals.entry(site).or_default().born += 1;
         let alive = p.weak.strong_count() > 0;
+        let totals = &mut self.totals[site as usize - 1];
+        totals.born += 1;
+        if !alive {
+            totals.dropped += 1;
+        }
         if !log {
             let frame = (p.frame != 0).then_some(p.frame);
             self.analysis
@@ -978,9 +1089,10 @@ impl State {
             }
         }
         if !alive {
-            self.totals.entry(site).or_default().dropped += 1;
             self.analysis.note_dropped();
-            dead_seen.insert(p.key);
+            if let Some(d) = dead_seen.as_mut() {
+                d.insert(p.key);
+            }
             return;
         }
         let record = Record {
@@ -1008,8 +1120,9 @@ impl State {
     /// storage's address is reused by the allocator as soon as it is freed, so only the
     /// storages of records alive now identify storages reliably.
     fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
-        let mut dead = Vec::new();
-        let mut survivors = Vec::new();
+        let scratch = &mut self.scratch;
+        scratch.dead.clear();
+        scratch.survivors.clear();
         let mut claims = std::mem::take(&mut self.claims);
         claims.clear();
         // One allocation up front rather than growth by rehashing (large tables are not
@@ -1017,11 +1130,11 @@ impl State {
         claims.reserve(self.records.len());
         for (key, r) in &self.records {
             if r.weak.strong_count() == 0 {
-                dead.push(*key);
+                scratch.dead.push(*key);
                 continue;
             }
             if Some(r.frame()) == frame {
-                survivors.push(*key);
+                scratch.survivors.push((r.site, r.iteration, *key));
             }
             claims
                 .entry(r.storage)
@@ -1032,162 +1145,202 @@ impl State {
                 })
                 .or_insert_with(|| Claim::of(r));
         }
-        for key in dead {
+        let mut dead = std::mem::take(&mut scratch.dead);
+        for key in dead.drain(..) {
             let Some(r) = self.records.remove(&key) else {
                 continue;
             };
-            self.totals.entry(r.site).or_default().dropped += 1;
+            self.totals[r.site as usize - 1].dropped += 1;
             self.analysis.note_dropped();
             if log {
                 self.emit(Event::Dropped { t_ns, tensor: r.id });
             }
         }
-        for d in self.devices.values_mut() {
+        self.scratch.dead = dead;
+        for (_, d) in &mut self.devices {
             d.live = 0;
         }
         let mut live_bytes = 0;
         for c in claims.values() {
             live_bytes += c.bytes;
-            self.devices.entry(c.device).or_default().live += c.bytes;
+            device_bytes(&mut self.devices, c.device).live += c.bytes;
         }
-        for d in self.devices.values_mut() {
+        for (_, d) in &mut self.devices {
             d.peak = d.peak.max(d.live);
         }
-        let sites = if survivors.is_empty() {
-            Vec::new()
-        } else {
-            self.survivors(&survivors, &claims)
-        };
+        summarize_survivors(&self.records, &mut self.scratch, &claims);
         // The claims table is rebuilt at every sweep; its capacity is kept for typical
         // loops and given back when large, so steady-state memory is the records alone.
-        if claims.capacity() <= 8192 {
+        if claims.capacity() <= Scratch::KEEP {
             self.claims = claims;
         }
         SweepResult {
             live_tensors: self.records.len() as u64,
             live_bytes,
-            sites,
         }
-    }
-
-    fn survivors(&self, keys: &[usize], claims: &FastMap<usize, Claim>) -> Vec<SiteSweep> {
-        let mut survivors: Vec<(usize, &Record)> = keys
-            .iter()
-            .filter_map(|k| self.records.get(k).map(|r| (*k, r)))
-            .collect();
-        // Graphs: the newest survivor carrying an autograd graph is a root; survivors in
-        // its graph are held by it. Only survivors that had an op when tagged can hold
-        // a graph, so a sweep without any pays nothing here.
-        let mut graph_held: FastMap<u64, u32> = FastMap::default();
-        let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
-        let mut roots: Vec<(usize, &Record)> = survivors
-            .iter()
-            .filter(|(_, r)| r.has_graph)
-            .copied()
-            .collect();
-        if !roots.is_empty() {
-            roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
-            let by_key: FastMap<usize, u64> = survivors.iter().map(|(k, r)| (*k, r.id)).collect();
-            for (own_key, r) in roots {
-                if graph_held.contains_key(&r.id) {
-                    continue;
-                }
-                let Some(t) = r.weak.upgrade() else { continue };
-                let mut storages: FastMap<usize, ()> = FastMap::default();
-                let mut tensors = 0u64;
-                let mut bytes = 0u64;
-                for node in t.sorted_nodes() {
-                    if node.is_variable() {
-                        continue;
-                    }
-                    let key = weak::key(node);
-                    if key != own_key {
-                        tensors += 1;
-                        if let Some(held) = by_key.get(&key) {
-                            graph_held.entry(*held).or_insert(r.site);
-                        }
-                    }
-                    let (storage, storage_bytes, _, _) = observe(node);
-                    if storages.insert(storage, ()).is_none() {
-                        bytes += storage_bytes;
-                    }
-                }
-                if tensors > 0 {
-                    let g = graphs.entry(r.site).or_default();
-                    g.0 = g.0.max(tensors);
-                    g.1 = g.1.max(bytes);
-                }
-            }
-        }
-        // Per site, in (site, iteration) order so distinct iterations are counted by
-        // change.
-        survivors.sort_unstable_by_key(|(_, r)| (r.site, r.iteration));
-        let mut out: Vec<SiteSweep> = Vec::new();
-        let mut holders: Vec<(HolderSpec, u64)> = Vec::new();
-        let mut last_iteration = None;
-        for (_, r) in &survivors {
-            if out.last().is_none_or(|s| s.site != r.site) {
-                finish_holders(out.last_mut(), &mut holders);
-                let (graph_tensors, graph_bytes) = graphs.get(&r.site).copied().unwrap_or_default();
-                out.push(SiteSweep {
-                    site: r.site,
-                    first_iteration: r.iteration(),
-                    graph_tensors,
-                    graph_bytes,
-                    ..SiteSweep::default()
-                });
-                last_iteration = None;
-            }
-            let a = out.last_mut().expect("pushed above");
-            a.survivors += 1;
-            if last_iteration != Some(r.iteration) {
-                a.iterations += 1;
-                last_iteration = Some(r.iteration);
-            }
-            a.last_iteration = r.iteration();
-            a.refcount = a.refcount.max(r.weak.strong_count() as u64);
-            let claim = claims.get(&r.storage);
-            let owns = claim.is_some_and(|c| c.owner == r.id);
-            if owns {
-                a.bytes += r.storage_bytes;
-                if r.storage_bytes > r.view_bytes {
-                    a.view_bytes += r.view_bytes;
-                    a.view_storage_bytes += r.storage_bytes;
-                }
-            }
-            let holder = if let Some(root) = graph_held.get(&r.id) {
-                HolderSpec::Graph { site: *root }
-            } else if r.store != 0 {
-                HolderSpec::Store { site: r.store }
-            } else if !owns {
-                HolderSpec::View {
-                    site: claim.map_or(0, |c| c.owner_site),
-                }
-            } else {
-                HolderSpec::Unknown
-            };
-            match holders.iter_mut().find(|(h, _)| *h == holder) {
-                Some((_, n)) => *n += 1,
-                None => holders.push((holder, 1)),
-            }
-        }
-        finish_holders(out.last_mut(), &mut holders);
-        out
     }
 }
 
-/// Moves the counted holders into a site's summary: the 4 most frequent.
-fn finish_holders(site: Option<&mut SiteSweep>, holders: &mut Vec<(HolderSpec, u64)>) {
-    let Some(site) = site else {
-        holders.clear();
-        return;
+/// The tracked bytes of device `code`, added in code order when first seen.
+fn device_bytes(devices: &mut Vec<(u16, DeviceBytes)>, code: u16) -> &mut DeviceBytes {
+    let i = match devices.iter().position(|(c, _)| *c >= code) {
+        Some(i) if devices[i].0 == code => i,
+        Some(i) => {
+            devices.insert(i, (code, DeviceBytes::default()));
+            i
+        }
+        None => {
+            devices.push((code, DeviceBytes::default()));
+            devices.len() - 1
+        }
     };
-    holders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    site.holders = holders
-        .drain(..)
-        .take(4)
-        .map(|(holder, count)| HolderCount { holder, count })
+    &mut devices[i].1
+}
+
+/// Summarizes `scratch.survivors` (keys of `records`) by site into `scratch.sites`.
+fn summarize_survivors(
+    records: &FastMap<usize, Record>,
+    scratch: &mut Scratch,
+    claims: &FastMap<usize, Claim>,
+) {
+    let Scratch {
+        survivors,
+        holders,
+        sites: out,
+        ..
+    } = scratch;
+    let mut used = 0;
+    if survivors.is_empty() {
+        out.clear();
+        return;
+    }
+    // Graphs: the newest survivor carrying an autograd graph is a root; survivors in
+    // its graph are held by it. Only survivors that had an op when tagged can hold
+    // a graph, so a sweep without any pays nothing here.
+    let mut graph_held: FastMap<u64, u32> = FastMap::default();
+    let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
+    let mut roots: Vec<(usize, &Record)> = survivors
+        .iter()
+        .filter_map(|&(_, _, k)| records.get(&k).map(|r| (k, r)))
+        .filter(|(_, r)| r.has_graph)
         .collect();
+    if !roots.is_empty() {
+        roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
+        let by_key: FastMap<usize, u64> = survivors
+            .iter()
+            .filter_map(|&(_, _, k)| records.get(&k).map(|r| (k, r.id)))
+            .collect();
+        for (own_key, r) in roots {
+            if graph_held.contains_key(&r.id) {
+                continue;
+            }
+            let Some(t) = r.weak.upgrade() else { continue };
+            let mut storages: FastMap<usize, ()> = FastMap::default();
+            let mut tensors = 0u64;
+            let mut bytes = 0u64;
+            for node in t.sorted_nodes() {
+                if node.is_variable() {
+                    continue;
+                }
+                let key = weak::key(node);
+                if key != own_key {
+                    tensors += 1;
+                    if let Some(held) = by_key.get(&key) {
+                        graph_held.entry(*held).or_insert(r.site);
+                    }
+                }
+                let (storage, storage_bytes, _, _) = observe(node);
+                if storages.insert(storage, ()).is_none() {
+                    bytes += storage_bytes;
+                }
+            }
+            if tensors > 0 {
+                let g = graphs.entry(r.site).or_default();
+                g.0 = g.0.max(tensors);
+                g.1 = g.1.max(bytes);
+            }
+        }
+    }
+    // Per site, in (site, iteration) order so distinct iterations are counted by
+    // change.
+    survivors.sort_unstable();
+    holders.clear();
+    let mut last_iteration = None;
+    for &(site, iteration, key) in survivors.iter() {
+        let Some(r) = records.get(&key) else {
+            continue;
+        };
+        if used == 0 || out[used - 1].site != site {
+            if used > 0 {
+                finish_holders(&mut out[used - 1], holders);
+            }
+            let (graph_tensors, graph_bytes) = graphs.get(&site).copied().unwrap_or_default();
+            if used == out.len() {
+                out.push(SiteSweep::default());
+            }
+            // A slot of an earlier sweep: its holders keep their allocation.
+            let slot = &mut out[used];
+            let kept = std::mem::take(&mut slot.holders);
+            *slot = SiteSweep {
+                site,
+                first_iteration: r.iteration(),
+                graph_tensors,
+                graph_bytes,
+                holders: kept,
+                ..SiteSweep::default()
+            };
+            used += 1;
+            last_iteration = None;
+        }
+        let a = &mut out[used - 1];
+        a.survivors += 1;
+        if last_iteration != Some(iteration) {
+            a.iterations += 1;
+            last_iteration = Some(iteration);
+        }
+        a.last_iteration = r.iteration();
+        a.refcount = a.refcount.max(r.weak.strong_count() as u64);
+        let claim = claims.get(&r.storage);
+        let owns = claim.is_some_and(|c| c.owner == r.id);
+        if owns {
+            a.bytes += r.storage_bytes;
+            if r.storage_bytes > r.view_bytes {
+                a.view_bytes += r.view_bytes;
+                a.view_storage_bytes += r.storage_bytes;
+            }
+        }
+        let holder = if let Some(root) = graph_held.get(&r.id) {
+            HolderSpec::Graph { site: *root }
+        } else if r.store != 0 {
+            HolderSpec::Store { site: r.store }
+        } else if !owns {
+            HolderSpec::View {
+                site: claim.map_or(0, |c| c.owner_site),
+            }
+        } else {
+            HolderSpec::Unknown
+        };
+        match holders.iter_mut().find(|(h, _)| *h == holder) {
+            Some((_, n)) => *n += 1,
+            None => holders.push((holder, 1)),
+        }
+    }
+    if used > 0 {
+        finish_holders(&mut out[used - 1], holders);
+    }
+    out.truncate(used);
+}
+
+/// Moves the counted holders into a site's summary: the 4 most frequent.
+fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
+    holders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    site.holders.clear();
+    site.holders.extend(
+        holders
+            .drain(..)
+            .take(4)
+            .map(|(holder, count)| HolderCount { holder, count }),
+    );
     holders.clear();
 }
 
