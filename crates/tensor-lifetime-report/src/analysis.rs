@@ -377,6 +377,7 @@ impl Analysis {
     ///
     /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
     /// count each storage once; `bytes` is not added here.
+    #[inline]
     pub fn note_born(&mut self, site: u32, _bytes: u64) {
         let slot = &mut self.born_recent[site as usize % 8];
         // Slots start at 0, so site 0 always takes the set's path.
@@ -391,6 +392,7 @@ impl Analysis {
 
     /// A birth with what the memory findings need (what [`Event::Born`] does, without
     /// building the event).
+    #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
         self.note_born(site, bytes);
         self.memory_findings
@@ -398,6 +400,7 @@ impl Analysis {
     }
 
     /// Counts a tensor found dropped (what [`Event::Dropped`] does).
+    #[inline]
     pub fn note_dropped(&mut self) {
         self.live_tensors = self.live_tensors.saturating_sub(1);
     }

@@ -54,7 +54,7 @@ impl SiteInfo {
 }
 
 /// Who keeps a survivor alive, as far as the tracker can tell.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum HolderSpec {
     /// The survivor went through this store site (`self.cache.push(t)`).
@@ -68,7 +68,7 @@ pub enum HolderSpec {
 }
 
 /// One holder and how many of a site's survivors it holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderCount {
     #[serde(flatten)]
     pub holder: HolderSpec,

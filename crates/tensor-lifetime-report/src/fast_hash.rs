@@ -41,6 +41,63 @@ pub type HashMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<Fast
 /// `HashSet` with [`FastHasher`]; make one with `HashSet::default()`.
 pub type HashSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher>>;
 
+/// Values keyed by site id. The tracker numbers its sites 1, 2, 3...: ids below
+/// [`SiteMap::DENSE`] index a vector (no hashing on the per-tensor paths); any other id
+/// (a log can hold anything) goes to a hash map.
+#[derive(Debug, Clone)]
+pub struct SiteMap<V> {
+    dense: Vec<Option<V>>,
+    sparse: HashMap<u32, V>,
+}
+
+impl<V> Default for SiteMap<V> {
+    fn default() -> Self {
+        SiteMap {
+            dense: Vec::new(),
+            sparse: HashMap::default(),
+        }
+    }
+}
+
+impl<V> SiteMap<V> {
+    /// Ids below this are stored densely.
+    pub const DENSE: u32 = 4096;
+
+    /// The value of `site`, inserting `V::default()` if it has none.
+    #[inline]
+    pub fn get_or_default(&mut self, site: u32) -> &mut V
+    where
+        V: Default,
+    {
+        if site >= Self::DENSE {
+            return self.sparse.entry(site).or_default();
+        }
+        let i = site as usize;
+        if i >= self.dense.len() {
+            self.dense.resize_with(i + 1, || None);
+        }
+        self.dense[i].get_or_insert_with(V::default)
+    }
+
+    /// The value of `site`, if any.
+    pub fn get(&self, site: u32) -> Option<&V> {
+        if site >= Self::DENSE {
+            self.sparse.get(&site)
+        } else {
+            self.dense.get(site as usize).and_then(Option::as_ref)
+        }
+    }
+
+    /// All (site, value) pairs: dense ids in order, then the others in no given order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &V)> {
+        self.dense
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_ref().map(|v| (i as u32, v)))
+            .chain(self.sparse.iter().map(|(k, v)| (*k, v)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +112,23 @@ mod tests {
         }
         // Most of the 4096 buckets are hit: no clustering on aligned keys.
         assert!(low_bits.len() > 2500, "{}", low_bits.len());
+    }
+
+    #[test]
+    fn site_map_keeps_dense_and_sparse_ids() {
+        let mut m: SiteMap<u64> = SiteMap::default();
+        for site in [3, 0, SiteMap::<u64>::DENSE, u32::MAX, 3] {
+            *m.get_or_default(site) += 1;
+        }
+        assert_eq!(m.get(3), Some(&2));
+        assert_eq!(m.get(0), Some(&1));
+        assert_eq!(m.get(1), None);
+        assert_eq!(m.get(u32::MAX), Some(&1));
+        let mut all: Vec<(u32, u64)> = m.iter().map(|(k, v)| (k, *v)).collect();
+        all.sort();
+        assert_eq!(
+            all,
+            vec![(0, 1), (3, 2), (SiteMap::<u64>::DENSE, 1), (u32::MAX, 1)]
+        );
     }
 }

@@ -40,7 +40,7 @@
 //! new.
 
 use crate::event::{Event, MemorySample, SiteInfo};
-use crate::fast_hash::{HashMap, HashSet};
+use crate::fast_hash::{HashMap, HashSet, SiteMap};
 use crate::report::{Finding, FindingKind, SiteRef};
 use crate::size::format_bytes;
 use std::collections::BTreeMap;
@@ -134,9 +134,9 @@ pub struct MemoryFindings {
     loop_names: HashMap<u32, String>,
     /// Iteration ends so far (any loop), and per loop site.
     steps: u64,
-    steps_by_loop: HashMap<u32, u64>,
+    steps_by_loop: SiteMap<u64>,
     untracked: BTreeMap<String, Untracked>,
-    shapes: HashMap<u32, Shapes>,
+    shapes: SiteMap<Shapes>,
     /// Loop site of each frame whose tensors a site made (for the finding's loop).
     frame_loops: HashMap<u64, u32>,
 }
@@ -165,7 +165,7 @@ impl MemoryFindings {
             Event::IterationEnd { frame, .. } => {
                 self.steps += 1;
                 if let Some(f) = self.frames.get(frame) {
-                    *self.steps_by_loop.entry(f.site).or_default() += 1;
+                    *self.steps_by_loop.get_or_default(f.site) += 1;
                 }
             }
             Event::Born {
@@ -182,6 +182,7 @@ impl MemoryFindings {
     }
 
     /// A tensor born at `site` (what [`Event::Born`] does; `shape` may be unknown).
+    #[inline]
     pub fn born(
         &mut self,
         site: u32,
@@ -195,7 +196,7 @@ impl MemoryFindings {
             return;
         };
         let key = (frame, iteration);
-        let s = self.shapes.entry(site).or_default();
+        let s = self.shapes.get_or_default(site);
         if s.last_key != Some(key) {
             s.iterations += 1;
             s.last_key = Some(key);
@@ -307,8 +308,8 @@ impl MemoryFindings {
         let loop_site = self
             .steps_by_loop
             .iter()
-            .max_by_key(|(site, n)| (**n, std::cmp::Reverse(**site)))
-            .map(|(site, _)| *site);
+            .max_by_key(|(site, n)| (**n, std::cmp::Reverse(*site)))
+            .map(|(site, _)| site);
         let loop_name = loop_site
             .and_then(|s| self.loop_names.get(&s))
             .cloned()
@@ -358,8 +359,8 @@ impl MemoryFindings {
             });
         }
         let j = &self.judgement;
-        let mut sites: Vec<(&u32, &Shapes)> = self.shapes.iter().collect();
-        sites.sort_by_key(|(id, _)| **id);
+        let mut sites: Vec<(u32, &Shapes)> = self.shapes.iter().collect();
+        sites.sort_by_key(|(id, _)| *id);
         for (id, s) in sites {
             if s.new_size_iterations < j.churn_iterations
                 || s.distinct < j.churn_sizes
@@ -367,7 +368,7 @@ impl MemoryFindings {
             {
                 continue;
             }
-            let Some(info) = site(*id) else {
+            let Some(info) = site(id) else {
                 continue;
             };
             let loop_site = s.frame.and_then(|f| self.frame_loops.get(&f)).copied();

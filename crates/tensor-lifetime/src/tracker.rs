@@ -119,12 +119,15 @@ pub(crate) struct Pending {
     weak: WeakTensor,
     site: &'static Site,
     store: bool,
-    frame: u64,
-    iteration: u64,
-    session: u64,
-    thread: u64,
+    // u32 like the records' (see [`Record`]): the buffer entry stays small.
+    frame: u32,
+    iteration: u32,
+    session: u32,
+    thread: u32,
     /// Global probe order (the drain merges threads' buffers by it).
     seq: u64,
+    /// The tensor's creation serial ([`weak::serial`]).
+    serial: u64,
     /// Time of the probe, read only when an event log is written (0 otherwise).
     t_ns: u64,
     storage: usize,
@@ -190,10 +193,6 @@ impl Record {
     fn frame(&self) -> u64 {
         u64::from(self.frame)
     }
-
-    fn iteration(&self) -> u64 {
-        u64::from(self.iteration)
-    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -233,6 +232,24 @@ struct State {
     log_error: bool,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
+    /// The highest creation serial among the probes of earlier drains: a tensor created
+    /// after it was never merged, so it has no record to look up.
+    merged_serial: u64,
+}
+
+/// A survivor of the ending frame, with what its summary reads of its record.
+#[derive(Debug, Clone, Copy)]
+struct Survivor {
+    key: usize,
+    site: u32,
+    iteration: u32,
+    id: u64,
+    storage: usize,
+    storage_bytes: u64,
+    view_bytes: u64,
+    store: u32,
+    refcount: u32,
+    has_graph: bool,
 }
 
 /// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
@@ -247,8 +264,8 @@ struct Scratch {
     dead_seen: FastSet<usize>,
     /// Records found dead in the current sweep.
     dead: Vec<usize>,
-    /// Survivors of the ending frame: (site, iteration, key).
-    survivors: Vec<(u32, u32, usize)>,
+    /// Survivors of the ending frame.
+    survivors: Vec<Survivor>,
     /// Holder counts of the site being summarized.
     holders: Vec<(HolderSpec, u64)>,
     /// The sweep's per-site summaries (the `sites` of its `iteration_end` event).
@@ -410,6 +427,7 @@ impl Tracker {
                 log,
                 log_error: false,
                 scratch: Scratch::default(),
+                merged_serial: 0,
             }),
             buffers: Mutex::new(Vec::new()),
             next_frame: AtomicU64::new(1),
@@ -491,11 +509,12 @@ impl Tracker {
                 weak: WeakTensor::new(t),
                 site,
                 store,
-                frame,
-                iteration,
-                session,
-                thread: local.thread,
+                frame: frame as u32,
+                iteration: iteration as u32,
+                session: session as u32,
+                thread: local.thread as u32,
                 seq,
+                serial,
                 t_ns,
                 storage,
                 storage_bytes,
@@ -805,9 +824,14 @@ impl Tracker {
                 .iter()
                 .enumerate()
                 .any(|(i, p)| taken[i + 1..].iter().any(|q| q.key == p.key));
+        let merged = st.merged_serial;
+        st.merged_serial = taken.iter().map(|p| p.serial).fold(merged, u64::max);
         let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
         for p in taken.drain(..) {
-            st.merge(p, log, repeats.then_some(&mut dead_seen));
+            // Made after every tensor of earlier drains, and probed once in this one: no
+            // record can exist for it.
+            let fresh = !repeats && p.serial > merged;
+            st.merge(p, log, fresh, repeats.then_some(&mut dead_seen));
         }
         dead_seen.clear();
         st.scratch.dead_seen = dead_seen;
@@ -976,6 +1000,7 @@ impl State {
         }
     }
 
+    #[inline]
     fn site_id(&mut self, site: &'static Site) -> u32 {
         let id = site.id();
         if id != 0
@@ -986,6 +1011,12 @@ impl State {
         {
             return id;
         }
+        self.new_site(site)
+    }
+
+    /// Registers a site seen for the first time.
+    #[cold]
+    fn new_site(&mut self, site: &'static Site) -> u32 {
         self.sites.push(site);
         self.totals.push(SiteTotals::default());
         let id = self.sites.len() as u32;
@@ -1020,14 +1051,26 @@ impl State {
         }
     }
 
-    /// Merges one probe into the registry. `dead_seen`: the tensors found dead earlier in
-    /// this drain, `None` when no key of the drain repeats.
-    fn merge(&mut self, p: Pending, log: bool, mut dead_seen: Option<&mut FastSet<usize>>) {
+    /// Merges one probe into the registry. `fresh`: the tensor has no record (no lookup
+    /// needed); `dead_seen`: the tensors found dead earlier in this drain, `None` when no
+    /// key of the drain repeats.
+    fn merge(
+        &mut self,
+        p: Pending,
+        log: bool,
+        fresh: bool,
+        mut dead_seen: Option<&mut FastSet<usize>>,
+    ) {
         let site = self.site_id(p.site);
         if dead_seen.as_ref().is_some_and(|d| d.contains(&p.key)) {
             return;
         }
-        if let Some(r) = self.records.get_mut(&p.key) {
+        let existing = if fresh {
+            None
+        } else {
+            self.records.get_mut(&p.key)
+        };
+        if let Some(r) = existing {
             if p.store {
                 r.store = site;
                 let tensor = r.id;
@@ -1053,14 +1096,14 @@ impl State {
             totals.dropped += 1;
         }
         if !log {
-            let frame = (p.frame != 0).then_some(p.frame);
+            let frame = (p.frame != 0).then_some(u64::from(p.frame));
             self.analysis
-                .note_born_at(site, frame, p.iteration, p.storage_bytes);
+                .note_born_at(site, frame, u64::from(p.iteration), p.storage_bytes);
         }
         if log {
             let shape = p.dims.clone();
             let dtype = p.dtype.as_str().to_string();
-            let (frame, iteration) = (p.frame, p.iteration);
+            let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
             self.emit(Event::Born {
                 t_ns: p.t_ns,
                 tensor: id,
@@ -1072,7 +1115,7 @@ impl State {
                 shape,
                 dtype,
                 device: device_name(p.device),
-                thread: p.thread,
+                thread: u64::from(p.thread),
             });
             if p.store {
                 self.emit(Event::Stored {
@@ -1100,12 +1143,12 @@ impl State {
             id,
             site,
             store: if p.store { site } else { 0 },
-            frame: p.frame as u32,
-            iteration: p.iteration as u32,
+            frame: p.frame,
+            iteration: p.iteration,
             storage: p.storage,
             storage_bytes: p.storage_bytes,
             view_bytes: p.view_bytes,
-            session: p.session as u32,
+            session: p.session,
             device: p.device,
             has_graph: p.has_graph,
         };
@@ -1129,12 +1172,24 @@ impl State {
         // kept between sweeps, see below).
         claims.reserve(self.records.len());
         for (key, r) in &self.records {
-            if r.weak.strong_count() == 0 {
+            let refcount = r.weak.strong_count();
+            if refcount == 0 {
                 scratch.dead.push(*key);
                 continue;
             }
             if Some(r.frame()) == frame {
-                scratch.survivors.push((r.site, r.iteration, *key));
+                scratch.survivors.push(Survivor {
+                    key: *key,
+                    site: r.site,
+                    iteration: r.iteration,
+                    id: r.id,
+                    storage: r.storage,
+                    storage_bytes: r.storage_bytes,
+                    view_bytes: r.view_bytes,
+                    store: r.store,
+                    refcount: refcount.min(u32::MAX as usize) as u32,
+                    has_graph: r.has_graph,
+                });
             }
             claims
                 .entry(r.storage)
@@ -1221,15 +1276,12 @@ fn summarize_survivors(
     let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
     let mut roots: Vec<(usize, &Record)> = survivors
         .iter()
-        .filter_map(|&(_, _, k)| records.get(&k).map(|r| (k, r)))
-        .filter(|(_, r)| r.has_graph)
+        .filter(|v| v.has_graph)
+        .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
         .collect();
     if !roots.is_empty() {
         roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
-        let by_key: FastMap<usize, u64> = survivors
-            .iter()
-            .filter_map(|&(_, _, k)| records.get(&k).map(|r| (k, r.id)))
-            .collect();
+        let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
         for (own_key, r) in roots {
             if graph_held.contains_key(&r.id) {
                 continue;
@@ -1263,13 +1315,11 @@ fn summarize_survivors(
     }
     // Per site, in (site, iteration) order so distinct iterations are counted by
     // change.
-    survivors.sort_unstable();
+    survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
     holders.clear();
     let mut last_iteration = None;
-    for &(site, iteration, key) in survivors.iter() {
-        let Some(r) = records.get(&key) else {
-            continue;
-        };
+    for r in survivors.iter() {
+        let (site, iteration) = (r.site, r.iteration);
         if used == 0 || out[used - 1].site != site {
             if used > 0 {
                 finish_holders(&mut out[used - 1], holders);
@@ -1283,7 +1333,7 @@ fn summarize_survivors(
             let kept = std::mem::take(&mut slot.holders);
             *slot = SiteSweep {
                 site,
-                first_iteration: r.iteration(),
+                first_iteration: u64::from(iteration),
                 graph_tensors,
                 graph_bytes,
                 holders: kept,
@@ -1298,8 +1348,8 @@ fn summarize_survivors(
             a.iterations += 1;
             last_iteration = Some(iteration);
         }
-        a.last_iteration = r.iteration();
-        a.refcount = a.refcount.max(r.weak.strong_count() as u64);
+        a.last_iteration = u64::from(iteration);
+        a.refcount = a.refcount.max(u64::from(r.refcount));
         let claim = claims.get(&r.storage);
         let owns = claim.is_some_and(|c| c.owner == r.id);
         if owns {
