@@ -21,41 +21,13 @@
 //! tracked record, and heap bytes over many iterations of a tracked loop.
 
 use candle_core::{Device, Result};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::Command;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use tensor_lifetime_examples::bench::{self, Workload};
 
-/// Counts live heap bytes (used by `memory`; two atomic adds per allocation, the same for
-/// every variant).
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts live heap bytes (used by `memory`).
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: tensor_lifetime_examples::heap::CountingAlloc =
+    tensor_lifetime_examples::heap::CountingAlloc;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     match args.iter().position(|a| a == name) {
@@ -267,7 +239,7 @@ fn interleave(args: &[String]) -> Result<()> {
 }
 
 fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
+    tensor_lifetime_examples::heap::live_bytes()
 }
 
 fn memory(args: &[String]) -> Result<()> {

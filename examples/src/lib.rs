@@ -16,6 +16,7 @@ pub mod bench;
 pub mod clean_training;
 pub mod common;
 pub mod cuda_training;
+pub mod heap;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod view_retention;

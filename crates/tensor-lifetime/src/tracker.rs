@@ -275,20 +275,25 @@ struct Scratch {
 impl Scratch {
     const KEEP: usize = 8192;
 
-    fn trim(&mut self) {
-        fn trim_vec<T>(v: &mut Vec<T>) {
-            if v.capacity() > Scratch::KEEP {
-                *v = Vec::new();
-            }
-        }
+    /// After a drain: a large drain's buffer is not kept (nor handed to a thread).
+    fn trim_drain(&mut self) {
         trim_vec(&mut self.drained);
-        trim_vec(&mut self.dead);
-        trim_vec(&mut self.survivors);
-        trim_vec(&mut self.holders);
-        trim_vec(&mut self.sites);
         if self.dead_seen.capacity() > Scratch::KEEP {
             self.dead_seen = FastSet::default();
         }
+    }
+
+    /// At the end of a sweep (its summaries, `sites`, are trimmed once used).
+    fn trim_sweep(&mut self) {
+        trim_vec(&mut self.dead);
+        trim_vec(&mut self.survivors);
+        trim_vec(&mut self.holders);
+    }
+}
+
+fn trim_vec<T>(v: &mut Vec<T>) {
+    if v.capacity() > Scratch::KEEP {
+        *v = Vec::new();
     }
 }
 
@@ -669,7 +674,7 @@ impl Tracker {
         if let Event::IterationEnd { sites, .. } = event {
             st.scratch.sites = sites;
         }
-        st.scratch.trim();
+        trim_vec(&mut st.scratch.sites);
         st.flush_log();
         if outermost {
             self.auto_report(&mut st, frame, iteration, false);
@@ -836,6 +841,7 @@ impl Tracker {
         dead_seen.clear();
         st.scratch.dead_seen = dead_seen;
         st.scratch.drained = taken;
+        st.scratch.trim_drain();
     }
 
     /// The report as of now (drains pending probes first).
@@ -1224,6 +1230,7 @@ impl State {
             d.peak = d.peak.max(d.live);
         }
         summarize_survivors(&self.records, &mut self.scratch, &claims);
+        self.scratch.trim_sweep();
         // The claims table is rebuilt at every sweep; its capacity is kept for typical
         // loops and given back when large, so steady-state memory is the records alone.
         if claims.capacity() <= Scratch::KEEP {
