@@ -40,7 +40,7 @@
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
 
 use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
-use crate::fast_hash::{HashMap, HashSet};
+use crate::fast_hash::{HashMap, SiteMap};
 use crate::memory_findings::MemoryFindings;
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
 use std::collections::BTreeMap;
@@ -169,11 +169,8 @@ pub struct Analysis {
     loops: BTreeMap<u32, LoopSummary>,
     /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
     confirmed: BTreeMap<(u64, u32, u32), Verdict>,
-    /// Sites that bore a tensor.
-    born: HashSet<u32>,
-    /// The sites inserted in `born` most recently, by `site % 8`: a birth at a site
-    /// found here costs no hashing (the few sites of a loop body repeat every iteration).
-    born_recent: [u32; 8],
+    /// Tensors born per site.
+    born: SiteMap<u64>,
     live_tensors: u64,
     live_bytes: u64,
     peak_live_bytes: u64,
@@ -379,12 +376,7 @@ impl Analysis {
     /// count each storage once; `bytes` is not added here.
     #[inline]
     pub fn note_born(&mut self, site: u32, _bytes: u64) {
-        let slot = &mut self.born_recent[site as usize % 8];
-        // Slots start at 0, so site 0 always takes the set's path.
-        if *slot != site || site == 0 {
-            self.born.insert(site);
-            *slot = site;
-        }
+        *self.born.get_or_default(site) += 1;
         // Saturating: `live_tensors` comes from the log's sweeps, which a corrupt log may
         // set to anything.
         self.live_tensors = self.live_tensors.saturating_add(1);

@@ -110,12 +110,10 @@ pub struct SiteSweep {
 // latest sweep of every series, at every iteration end.
 impl Clone for SiteSweep {
     fn clone(&self) -> Self {
-        let mut out = SiteSweep {
-            holders: Vec::new(),
+        SiteSweep {
+            holders: self.holders.clone(),
             ..*self
-        };
-        out.holders.clone_from(&self.holders);
-        out
+        }
     }
 
     fn clone_from(&mut self, source: &Self) {

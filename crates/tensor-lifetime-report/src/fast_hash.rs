@@ -47,6 +47,8 @@ pub type HashSet<K> = std::collections::HashSet<K, BuildHasherDefault<FastHasher
 #[derive(Debug, Clone)]
 pub struct SiteMap<V> {
     dense: Vec<Option<V>>,
+    /// Values in `dense`.
+    dense_len: usize,
     sparse: HashMap<u32, V>,
 }
 
@@ -54,6 +56,7 @@ impl<V> Default for SiteMap<V> {
     fn default() -> Self {
         SiteMap {
             dense: Vec::new(),
+            dense_len: 0,
             sparse: HashMap::default(),
         }
     }
@@ -76,7 +79,21 @@ impl<V> SiteMap<V> {
         if i >= self.dense.len() {
             self.dense.resize_with(i + 1, || None);
         }
-        self.dense[i].get_or_insert_with(V::default)
+        let slot = &mut self.dense[i];
+        if slot.is_none() {
+            self.dense_len += 1;
+        }
+        slot.get_or_insert_with(V::default)
+    }
+
+    /// Sites with a value.
+    pub fn len(&self) -> usize {
+        self.dense_len + self.sparse.len()
+    }
+
+    /// No site has a value.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The value of `site`, if any.
@@ -124,6 +141,7 @@ mod tests {
         assert_eq!(m.get(0), Some(&1));
         assert_eq!(m.get(1), None);
         assert_eq!(m.get(u32::MAX), Some(&1));
+        assert_eq!(m.len(), 4);
         let mut all: Vec<(u32, u64)> = m.iter().map(|(k, v)| (k, *v)).collect();
         all.sort();
         assert_eq!(

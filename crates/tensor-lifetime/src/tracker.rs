@@ -254,7 +254,7 @@ struct Survivor {
 
 /// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
 /// iteration ends so that a steady loop allocates nothing there. Each is given back when
-/// it grew large ([`Scratch::trim`]), so steady-state memory stays the records alone.
+/// it grew large ([`trim_vec`]), so steady-state memory stays the records alone.
 #[derive(Default)]
 struct Scratch {
     /// Probes taken from the threads' buffers (swapped with a thread's buffer, so that
@@ -416,7 +416,7 @@ impl Tracker {
             }
         }
         Tracker {
-            timed: config.log.is_some(),
+            timed: log.is_some(),
             next_seq: AtomicU64::new(0),
             config,
             start,
@@ -527,7 +527,7 @@ impl Tracker {
                 device,
                 has_graph: t.track_op() && !t.is_variable(),
                 dtype: t.dtype(),
-                dims: self.config.log.is_some().then(|| t.dims().to_vec()),
+                dims: self.timed.then(|| t.dims().to_vec()),
             });
         });
     }
@@ -817,13 +817,12 @@ impl Tracker {
             taken.sort_unstable_by_key(|p| p.seq);
         }
         let log = st.log.is_some();
-        // Tensors first seen dead in this drain: later probes of the same key are
-        // aliases. Keys cannot be reused meanwhile: a tensor probed later in this drain
-        // was made while the earlier one's pending entry still held its weak handle, which
-        // keeps the address allocated.
-        // Only a key probed more than once can be seen dead again: a small drain (an
-        // iteration's few bindings) compares its keys directly and skips the set when none
-        // repeats.
+        // Tensors first seen dead in this drain (`dead_seen`): later probes of the same
+        // key are aliases. Keys cannot be reused meanwhile: a tensor probed later in this
+        // drain was made while the earlier one's pending entry still held its weak handle,
+        // which keeps the address allocated. Only a key probed more than once can be seen
+        // dead again: a small drain (an iteration's few bindings) compares its keys
+        // directly and skips the set when none repeats.
         let repeats = taken.len() > 32
             || taken
                 .iter()
@@ -1138,7 +1137,9 @@ impl State {
             }
         }
         if !alive {
-            self.analysis.note_dropped();
+            if !log {
+                self.analysis.note_dropped();
+            }
             if let Some(d) = dead_seen.as_mut() {
                 d.insert(p.key);
             }
@@ -1212,9 +1213,11 @@ impl State {
                 continue;
             };
             self.totals[r.site as usize - 1].dropped += 1;
-            self.analysis.note_dropped();
+            // The event counts the drop in the analysis; without a log, a direct note.
             if log {
                 self.emit(Event::Dropped { t_ns, tensor: r.id });
+            } else {
+                self.analysis.note_dropped();
             }
         }
         self.scratch.dead = dead;
@@ -1271,7 +1274,6 @@ fn summarize_survivors(
         sites: out,
         ..
     } = scratch;
-    let mut used = 0;
     if survivors.is_empty() {
         out.clear();
         return;
@@ -1324,6 +1326,7 @@ fn summarize_survivors(
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
     holders.clear();
+    let mut used = 0;
     let mut last_iteration = None;
     for r in survivors.iter() {
         let (site, iteration) = (r.site, r.iteration);
