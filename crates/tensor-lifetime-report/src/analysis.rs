@@ -199,9 +199,7 @@ impl Analysis {
 
     /// Applies one event.
     pub fn apply(&mut self, event: &Event) {
-        if !matches!(event, Event::Born { .. }) {
-            self.memory_findings.apply(event);
-        }
+        self.memory_findings.apply(event);
         match event {
             Event::Header { .. } | Event::Alias { .. } | Event::Stored { .. } => {}
             Event::Site { id, info } => {
@@ -249,18 +247,7 @@ impl Analysis {
                 summary.runs += 1;
                 summary.running += 1;
             }
-            Event::Born {
-                site,
-                frame,
-                iteration,
-                bytes,
-                shape,
-                ..
-            } => {
-                self.note_born(*site, *bytes);
-                self.memory_findings
-                    .born(*site, *frame, *iteration, *bytes, shape.as_ref());
-            }
+            Event::Born { site, bytes, .. } => self.note_born(*site, *bytes),
             Event::Dropped { .. } => self.note_dropped(),
             Event::IterationEnd {
                 frame,
