@@ -289,11 +289,15 @@ impl Analysis {
             });
         }
         // This level's highs before this iteration, for the growth of nested frames.
-        let highs: HashMap<u32, u64> = frame
-            .pending
-            .iter()
-            .map(|(site, _)| (*site, frame.series.get(site).map_or(0, |s| s.max)))
-            .collect();
+        let highs: HashMap<u32, u64> = if frame.pending.is_empty() {
+            HashMap::default()
+        } else {
+            frame
+                .pending
+                .iter()
+                .map(|(site, _)| (*site, frame.series.get(site).map_or(0, |s| s.max)))
+                .collect()
+        };
         for (site, series) in frame.series.iter_mut() {
             series.observe(iteration, by_site.get(*site), &j);
         }
@@ -302,7 +306,12 @@ impl Analysis {
         // rebuilt to the same height each iteration (state that an inner loop over the
         // parameters replaces every step), is bounded: not confirmed, and an earlier
         // confirmation of it is withdrawn.
-        for (site, mut verdict) in std::mem::take(&mut frame.pending) {
+        let pending = if frame.pending.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut frame.pending)
+        };
+        for (site, mut verdict) in pending {
             let key = (verdict.session, verdict.loop_site, site);
             let survivors = by_site.get(site).map_or(0, |s| s.survivors);
             // Not in the warm-up iteration: state created once, lazily, in the first
@@ -374,6 +383,15 @@ impl Analysis {
     #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
         self.note_born(site, bytes);
+        self.memory_findings
+            .born(site, frame, iteration, bytes, None);
+    }
+
+    /// A birth and its drop together ([`Analysis::note_born_at`] then
+    /// [`Analysis::note_dropped`]), for a tensor found dead when first seen.
+    #[inline]
+    pub fn note_born_dropped(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
+        *self.born.get_or_default(site) += 1;
         self.memory_findings
             .born(site, frame, iteration, bytes, None);
     }

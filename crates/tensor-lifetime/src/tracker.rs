@@ -793,11 +793,12 @@ impl Tracker {
         let mut sources = 0;
         {
             let mut buffers = self.buffers.lock();
-            // Buffers of threads that exited and have nothing left can go.
-            buffers.retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
+            let mut exited = false;
             for b in buffers.iter() {
                 let mut guard = b.lock();
                 if guard.is_empty() {
+                    // The buffer of a thread that exited, with nothing left: it can go.
+                    exited |= Arc::strong_count(b) == 1;
                     continue;
                 }
                 sources += 1;
@@ -807,6 +808,9 @@ impl Tracker {
                 } else {
                     taken.append(&mut guard);
                 }
+            }
+            if exited {
+                buffers.retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
             }
         }
         // In the order the probes were made, across threads: a tensor made on a worker or
@@ -823,20 +827,18 @@ impl Tracker {
         // which keeps the address allocated. Only a key probed more than once can be seen
         // dead again: a small drain (an iteration's few bindings) compares its keys
         // directly and skips the set when none repeats.
-        let repeats = taken.len() > 32
-            || taken
-                .iter()
-                .enumerate()
-                .any(|(i, p)| taken[i + 1..].iter().any(|q| q.key == p.key));
+        let repeats = taken.len() > 32 || may_repeat(&taken);
         let merged = st.merged_serial;
         st.merged_serial = taken.iter().map(|p| p.serial).fold(merged, u64::max);
         let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
-        for p in taken.drain(..) {
+        for p in &taken {
             // Made after every tensor of earlier drains, and probed once in this one: no
             // record can exist for it.
             let fresh = !repeats && p.serial > merged;
             st.merge(p, log, fresh, repeats.then_some(&mut dead_seen));
         }
+        // The entries are read in place (no move of each) and dropped together.
+        taken.clear();
         dead_seen.clear();
         st.scratch.dead_seen = dead_seen;
         st.scratch.drained = taken;
@@ -1061,12 +1063,24 @@ impl State {
     /// key of the drain repeats.
     fn merge(
         &mut self,
-        p: Pending,
+        p: &Pending,
         log: bool,
         fresh: bool,
         mut dead_seen: Option<&mut FastSet<usize>>,
     ) {
         let site = self.site_id(p.site);
+        if fresh && !log && p.weak.strong_count() == 0 {
+            // A loop body's temporary (made and dropped since the last drain, probed
+            // once) with no event log: counted and forgotten.
+            let totals = &mut self.totals[site as usize - 1];
+            totals.born += 1;
+            totals.dropped += 1;
+            self.next_record += 1;
+            let frame = (p.frame != 0).then_some(u64::from(p.frame));
+            self.analysis
+                .note_born_dropped(site, frame, u64::from(p.iteration), p.storage_bytes);
+            return;
+        }
         if dead_seen.as_ref().is_some_and(|d| d.contains(&p.key)) {
             return;
         }
@@ -1146,7 +1160,7 @@ impl State {
             return;
         }
         let record = Record {
-            weak: p.weak,
+            weak: p.weak.clone(),
             id,
             site,
             store: if p.store { site } else { 0 },
@@ -1173,11 +1187,16 @@ impl State {
         let scratch = &mut self.scratch;
         scratch.dead.clear();
         scratch.survivors.clear();
-        let mut claims = std::mem::take(&mut self.claims);
-        claims.clear();
-        // One allocation up front rather than growth by rehashing (large tables are not
-        // kept between sweeps, see below).
-        claims.reserve(self.records.len());
+        for (_, d) in &mut self.devices {
+            d.live = 0;
+        }
+        let mut live_bytes = 0;
+        // The storages of a few live records are usually distinct: a bitmap of their
+        // hashed addresses shows it during the walk, each record then owns its storage,
+        // and the claims table is built only when the bitmap has a collision.
+        let mut distinct = (self.records.len() <= StorageBits::MAX).then(StorageBits::default);
+        // Records come mostly from one device: its entry is looked up once per run of it.
+        let mut device = None;
         for (key, r) in &self.records {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
@@ -1198,14 +1217,15 @@ impl State {
                     has_graph: r.has_graph,
                 });
             }
-            claims
-                .entry(r.storage)
-                .and_modify(|c| {
-                    if r.id < c.owner {
-                        *c = Claim::of(r);
-                    }
-                })
-                .or_insert_with(|| Claim::of(r));
+            if let Some(bits) = distinct.as_mut() {
+                if bits.insert(r.storage) {
+                    live_bytes += r.storage_bytes;
+                    let d = cached_device_index(&mut self.devices, &mut device, r.device);
+                    self.devices[d].1.live += r.storage_bytes;
+                } else {
+                    distinct = None;
+                }
+            }
         }
         let mut dead = std::mem::take(&mut scratch.dead);
         for key in dead.drain(..) {
@@ -1221,18 +1241,37 @@ impl State {
             }
         }
         self.scratch.dead = dead;
-        for (_, d) in &mut self.devices {
-            d.live = 0;
-        }
-        let mut live_bytes = 0;
-        for c in claims.values() {
-            live_bytes += c.bytes;
-            device_bytes(&mut self.devices, c.device).live += c.bytes;
+        let mut claims = std::mem::take(&mut self.claims);
+        claims.clear();
+        let shared = distinct.is_none();
+        if shared {
+            // Claims over the records alive at the walk (the dead ones are gone).
+            claims.reserve(self.records.len());
+            for r in self.records.values() {
+                claims
+                    .entry(r.storage)
+                    .and_modify(|c| {
+                        if r.id < c.owner {
+                            *c = Claim::of(r);
+                        }
+                    })
+                    .or_insert_with(|| Claim::of(r));
+            }
+            for (_, d) in &mut self.devices {
+                d.live = 0;
+            }
+            live_bytes = 0;
+            let mut device = None;
+            for c in claims.values() {
+                live_bytes += c.bytes;
+                let d = cached_device_index(&mut self.devices, &mut device, c.device);
+                self.devices[d].1.live += c.bytes;
+            }
         }
         for (_, d) in &mut self.devices {
             d.peak = d.peak.max(d.live);
         }
-        summarize_survivors(&self.records, &mut self.scratch, &claims);
+        summarize_survivors(&self.records, &mut self.scratch, shared.then_some(&claims));
         self.scratch.trim_sweep();
         // The claims table is rebuilt at every sweep; its capacity is kept for typical
         // loops and given back when large, so steady-state memory is the records alone.
@@ -1246,9 +1285,64 @@ impl State {
     }
 }
 
-/// The tracked bytes of device `code`, added in code order when first seen.
-fn device_bytes(devices: &mut Vec<(u16, DeviceBytes)>, code: u16) -> &mut DeviceBytes {
-    let i = match devices.iter().position(|(c, _)| *c >= code) {
+/// Whether a key may be probed more than once in `taken` (32 entries at most): a 64-bit
+/// mask of hashed keys answers "no" in one pass, and only a collision in it pays for the
+/// exact pairwise comparison.
+fn may_repeat(taken: &[Pending]) -> bool {
+    let mut mask = 0u64;
+    let mut collision = false;
+    for p in taken {
+        let bit = 1u64 << ((p.key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
+        collision |= mask & bit != 0;
+        mask |= bit;
+    }
+    collision
+        && taken
+            .iter()
+            .enumerate()
+            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.key == p.key))
+}
+
+/// A 512-bit set of hashed storage addresses: tells that up to [`StorageBits::MAX`]
+/// storages are distinct without a hash table (a collision may be a false alarm).
+#[derive(Default)]
+struct StorageBits([u64; 8]);
+
+impl StorageBits {
+    /// Beyond this many records a collision is likely: the claims table is built.
+    const MAX: usize = 48;
+
+    /// Adds `storage`; false when its bit was set already.
+    #[inline]
+    fn insert(&mut self, storage: usize) -> bool {
+        let h = (storage as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55;
+        let (word, bit) = ((h >> 6) as usize, 1u64 << (h & 63));
+        let new = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        new
+    }
+}
+
+/// [`device_index`] with the latest device looked up kept in `last`.
+#[inline]
+fn cached_device_index(
+    devices: &mut Vec<(u16, DeviceBytes)>,
+    last: &mut Option<(u16, usize)>,
+    code: u16,
+) -> usize {
+    match *last {
+        Some((c, i)) if c == code => i,
+        _ => {
+            let i = device_index(devices, code);
+            *last = Some((code, i));
+            i
+        }
+    }
+}
+
+/// The index of device `code` in `devices`, added in code order when first seen.
+fn device_index(devices: &mut Vec<(u16, DeviceBytes)>, code: u16) -> usize {
+    match devices.iter().position(|(c, _)| *c >= code) {
         Some(i) if devices[i].0 == code => i,
         Some(i) => {
             devices.insert(i, (code, DeviceBytes::default()));
@@ -1258,15 +1352,15 @@ fn device_bytes(devices: &mut Vec<(u16, DeviceBytes)>, code: u16) -> &mut Device
             devices.push((code, DeviceBytes::default()));
             devices.len() - 1
         }
-    };
-    &mut devices[i].1
+    }
 }
 
 /// Summarizes `scratch.survivors` (keys of `records`) by site into `scratch.sites`.
 fn summarize_survivors(
     records: &FastMap<usize, Record>,
     scratch: &mut Scratch,
-    claims: &FastMap<usize, Claim>,
+    // `None`: every live storage has a single record, which owns it.
+    claims: Option<&FastMap<usize, Claim>>,
 ) {
     let Scratch {
         survivors,
@@ -1283,12 +1377,12 @@ fn summarize_survivors(
     // a graph, so a sweep without any pays nothing here.
     let mut graph_held: FastMap<u64, u32> = FastMap::default();
     let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
-    let mut roots: Vec<(usize, &Record)> = survivors
-        .iter()
-        .filter(|v| v.has_graph)
-        .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
-        .collect();
-    if !roots.is_empty() {
+    if survivors.iter().any(|v| v.has_graph) {
+        let mut roots: Vec<(usize, &Record)> = survivors
+            .iter()
+            .filter(|v| v.has_graph)
+            .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
+            .collect();
         roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
         let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
         for (own_key, r) in roots {
@@ -1334,7 +1428,11 @@ fn summarize_survivors(
             if used > 0 {
                 finish_holders(&mut out[used - 1], holders);
             }
-            let (graph_tensors, graph_bytes) = graphs.get(&site).copied().unwrap_or_default();
+            let (graph_tensors, graph_bytes) = if graphs.is_empty() {
+                (0, 0)
+            } else {
+                graphs.get(&site).copied().unwrap_or_default()
+            };
             if used == out.len() {
                 out.push(SiteSweep::default());
             }
@@ -1360,8 +1458,8 @@ fn summarize_survivors(
         }
         a.last_iteration = u64::from(iteration);
         a.refcount = a.refcount.max(u64::from(r.refcount));
-        let claim = claims.get(&r.storage);
-        let owns = claim.is_some_and(|c| c.owner == r.id);
+        let claim = claims.map(|c| c.get(&r.storage));
+        let owns = claim.is_none_or(|c| c.is_some_and(|c| c.owner == r.id));
         if owns {
             a.bytes += r.storage_bytes;
             if r.storage_bytes > r.view_bytes {
@@ -1369,13 +1467,16 @@ fn summarize_survivors(
                 a.view_storage_bytes += r.storage_bytes;
             }
         }
-        let holder = if let Some(root) = graph_held.get(&r.id) {
+        let held = (!graph_held.is_empty())
+            .then(|| graph_held.get(&r.id))
+            .flatten();
+        let holder = if let Some(root) = held {
             HolderSpec::Graph { site: *root }
         } else if r.store != 0 {
             HolderSpec::Store { site: r.store }
         } else if !owns {
             HolderSpec::View {
-                site: claim.map_or(0, |c| c.owner_site),
+                site: claim.flatten().map_or(0, |c| c.owner_site),
             }
         } else {
             HolderSpec::Unknown
@@ -1393,14 +1494,13 @@ fn summarize_survivors(
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.
 fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
-    holders.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    if holders.len() > 1 {
+        holders.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    }
     site.holders.clear();
-    site.holders.extend(
-        holders
-            .drain(..)
-            .take(4)
-            .map(|(holder, count)| HolderCount { holder, count }),
-    );
+    for &(holder, count) in holders.iter().take(4) {
+        site.holders.push(HolderCount { holder, count });
+    }
     holders.clear();
 }
 
