@@ -130,6 +130,8 @@ struct FrameInfo {
 pub struct MemoryFindings {
     judgement: MemoryJudgement,
     frames: HashMap<u64, FrameInfo>,
+    /// The frame of the latest iteration end and its loop site.
+    last_frame: Option<(u64, u32)>,
     /// Loop names by loop site, kept after their frames end.
     loop_names: HashMap<u32, String>,
     /// Iteration ends so far (any loop), and per loop site.
@@ -156,16 +158,28 @@ impl MemoryFindings {
                 frame, site, name, ..
             } => {
                 self.frames.insert(*frame, FrameInfo { site: *site });
+                // A log may reuse a frame id.
+                self.last_frame = None;
                 self.frame_loops.insert(*frame, *site);
                 self.loop_names.insert(*site, name.clone());
             }
             Event::LoopEnd { frame, .. } => {
                 self.frames.remove(frame);
+                self.last_frame = None;
             }
             Event::IterationEnd { frame, .. } => {
                 self.steps += 1;
-                if let Some(f) = self.frames.get(frame) {
-                    *self.steps_by_loop.get_or_default(f.site) += 1;
+                // Iteration ends come in runs of one frame: its loop site is kept.
+                let site = match self.last_frame {
+                    Some((f, site)) if f == *frame => Some(site),
+                    _ => {
+                        let site = self.frames.get(frame).map(|f| f.site);
+                        self.last_frame = site.map(|s| (*frame, s));
+                        site
+                    }
+                };
+                if let Some(site) = site {
+                    *self.steps_by_loop.get_or_default(site) += 1;
                 }
             }
             Event::Born {

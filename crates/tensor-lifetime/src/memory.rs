@@ -483,15 +483,26 @@ pub fn set_memory_monitor(every: u64) {
 }
 
 /// The monitor's period now (0: off).
+#[inline]
 pub fn memory_monitor() -> u64 {
     match MONITOR_EVERY.load(Ordering::Relaxed) {
-        u64::MAX => *MONITOR_ENV.get_or_init(|| {
-            monitor_from_env(
-                std::env::var("TENSOR_LIFETIME_MEMORY_EVERY")
-                    .ok()
-                    .as_deref(),
-            )
-        }),
+        u64::MAX => {
+            let every = *MONITOR_ENV.get_or_init(|| {
+                monitor_from_env(
+                    std::env::var("TENSOR_LIFETIME_MEMORY_EVERY")
+                        .ok()
+                        .as_deref(),
+                )
+            });
+            // Later calls read it directly, unless `set_memory_monitor` was called since.
+            let _ = MONITOR_EVERY.compare_exchange(
+                u64::MAX,
+                every,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            every
+        }
         n => n,
     }
 }
@@ -509,19 +520,24 @@ fn monitor_from_env(value: Option<&str>) -> u64 {
     }
 }
 
-/// Iteration ends seen by the monitor.
+/// Iteration ends seen by the monitor while on.
 static MONITOR_STEPS: AtomicU64 = AtomicU64::new(0);
 
 /// Called by the tracker at every iteration end (any loop frame), with the tracked (live,
 /// peak) bytes of every device it has seen. When the monitor is due, samples each device,
 /// logs it through `tracing` and returns the samples for the event log (`Event::Memory`).
-/// Needs no tracker lock (the caller may hold it); costs one atomic increment when off.
+/// Needs no tracker lock (the caller may hold it); costs one atomic load when off (iteration
+/// ends are counted only while the monitor is on).
 pub(crate) fn monitor_tick(
     devices: impl FnOnce() -> Vec<(String, u64, u64)>,
 ) -> Vec<(String, MemorySample)> {
-    let step = MONITOR_STEPS.fetch_add(1, Ordering::Relaxed) + 1;
     let every = memory_monitor();
-    if every == 0 || step % every != 0 {
+    if every == 0 {
+        // Off: not even the step counter is touched (one atomic less per iteration end).
+        return Vec::new();
+    }
+    let step = MONITOR_STEPS.fetch_add(1, Ordering::Relaxed) + 1;
+    if step % every != 0 {
         return Vec::new();
     }
     let devices = devices();
@@ -703,8 +719,8 @@ mod tests {
         let due: Vec<usize> = (0..10)
             .filter(|_| !monitor_tick(|| devices.clone()).is_empty())
             .collect();
-        // Ticks 8 to 17: due at steps 10 and 15.
-        assert_eq!(due, [2, 7]);
+        // Ticks while off are not counted: due at the 5th and 10th tick since.
+        assert_eq!(due, [4, 9]);
         MONITOR_STEPS.store(4, Ordering::Relaxed);
         let got = monitor_tick(|| devices.clone());
         assert_eq!(got.len(), 1);

@@ -28,6 +28,8 @@ use std::marker::PhantomData;
 pub struct LoopScope {
     inner: Option<(&'static Tracker, u64)>,
     next: Cell<u64>,
+    /// Iterations ended (their [`Iteration`] dropped).
+    ended: Cell<u64>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -38,6 +40,7 @@ impl LoopScope {
         LoopScope {
             inner,
             next: Cell::new(0),
+            ended: Cell::new(0),
             _not_send: PhantomData,
         }
     }
@@ -48,6 +51,8 @@ impl LoopScope {
         let index = self.next.get();
         self.next.set(index + 1);
         let started_ns = match self.inner {
+            // The end of the previous iteration moved this frame to this one already.
+            Some((t, _)) if index > 0 && self.ended.get() == index => t.stamp(),
             Some((t, frame)) => t.begin_iteration(frame, index),
             None => 0,
         };
@@ -95,5 +100,6 @@ impl Drop for Iteration<'_> {
         if let Some((t, frame)) = self.scope.inner {
             t.end_iteration(frame, self.index, self.started_ns);
         }
+        self.scope.ended.set(self.index + 1);
     }
 }

@@ -115,7 +115,7 @@ pub(crate) fn failure() -> Option<String> {
 /// One probe's observation, buffered per thread until the next sweep.
 #[derive(Debug)]
 pub(crate) struct Pending {
-    key: usize,
+    /// The tensor (its key is the handle's address, [`WeakTensor::key`]).
     weak: WeakTensor,
     site: &'static Site,
     store: bool,
@@ -137,7 +137,7 @@ pub(crate) struct Pending {
     has_graph: bool,
     dtype: candle_core::DType,
     /// The shape, captured only when an event log is written (it allocates).
-    dims: Option<Vec<usize>>,
+    dims: Option<Box<[usize]>>,
 }
 
 type Buffer = Arc<Mutex<Vec<Pending>>>;
@@ -454,7 +454,7 @@ impl Tracker {
     /// nothing else reads the times of probes and iterations, and a clock read is not free
     /// on every host (a virtual machine's clock source may need a system call).
     #[inline]
-    fn stamp(&self) -> u64 {
+    pub(crate) fn stamp(&self) -> u64 {
         if self.timed {
             self.now_ns()
         } else {
@@ -510,7 +510,6 @@ impl Tracker {
             };
             drop(stack);
             local.buf.lock().push(Pending {
-                key: weak::key(t),
                 weak: WeakTensor::new(t),
                 site,
                 store,
@@ -527,7 +526,7 @@ impl Tracker {
                 device,
                 has_graph: t.track_op() && !t.is_variable(),
                 dtype: t.dtype(),
-                dims: self.timed.then(|| t.dims().to_vec()),
+                dims: self.timed.then(|| t.dims().into()),
             });
         });
     }
@@ -646,18 +645,20 @@ impl Tracker {
         let duration_ns = t_ns.saturating_sub(started_ns);
         let outermost = fs.parent.is_none();
         // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
-        let samples = crate::memory::monitor_tick(|| {
-            st.devices
-                .iter()
-                .map(|(c, d)| (device_name(*c), d.live, d.peak))
-                .collect()
-        });
-        for (device, sample) in samples {
-            st.emit(Event::Memory {
-                t_ns,
-                device,
-                sample,
+        if crate::memory::memory_monitor() != 0 {
+            let samples = crate::memory::monitor_tick(|| {
+                st.devices
+                    .iter()
+                    .map(|(c, d)| (device_name(*c), d.live, d.peak))
+                    .collect()
             });
+            for (device, sample) in samples {
+                st.emit(Event::Memory {
+                    t_ns,
+                    device,
+                    sample,
+                });
+            }
         }
         // The summaries go into the event and come back to the scratch buffers, which
         // keep their allocations for the next sweep.
@@ -1081,13 +1082,14 @@ impl State {
                 .note_born_dropped(site, frame, u64::from(p.iteration), p.storage_bytes);
             return;
         }
-        if dead_seen.as_ref().is_some_and(|d| d.contains(&p.key)) {
+        let key = p.weak.key();
+        if dead_seen.as_ref().is_some_and(|d| d.contains(&key)) {
             return;
         }
         let existing = if fresh {
             None
         } else {
-            self.records.get_mut(&p.key)
+            self.records.get_mut(&key)
         };
         if let Some(r) = existing {
             if p.store {
@@ -1120,7 +1122,7 @@ impl State {
                 .note_born_at(site, frame, u64::from(p.iteration), p.storage_bytes);
         }
         if log {
-            let shape = p.dims.clone();
+            let shape = p.dims.as_ref().map(|d| d.to_vec());
             let dtype = p.dtype.as_str().to_string();
             let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
             self.emit(Event::Born {
@@ -1155,7 +1157,7 @@ impl State {
                 self.analysis.note_dropped();
             }
             if let Some(d) = dead_seen.as_mut() {
-                d.insert(p.key);
+                d.insert(key);
             }
             return;
         }
@@ -1173,7 +1175,7 @@ impl State {
             device: p.device,
             has_graph: p.has_graph,
         };
-        self.records.insert(p.key, record);
+        self.records.insert(key, record);
     }
 
     /// Walks the records once: drops the dead, claims each live storage for its oldest
@@ -1241,11 +1243,11 @@ impl State {
             }
         }
         self.scratch.dead = dead;
-        let mut claims = std::mem::take(&mut self.claims);
-        claims.clear();
         let shared = distinct.is_none();
         if shared {
             // Claims over the records alive at the walk (the dead ones are gone).
+            let claims = &mut self.claims;
+            claims.clear();
             claims.reserve(self.records.len());
             for r in self.records.values() {
                 claims
@@ -1271,12 +1273,16 @@ impl State {
         for (_, d) in &mut self.devices {
             d.peak = d.peak.max(d.live);
         }
-        summarize_survivors(&self.records, &mut self.scratch, shared.then_some(&claims));
+        summarize_survivors(
+            &self.records,
+            &mut self.scratch,
+            shared.then_some(&self.claims),
+        );
         self.scratch.trim_sweep();
-        // The claims table is rebuilt at every sweep; its capacity is kept for typical
-        // loops and given back when large, so steady-state memory is the records alone.
-        if claims.capacity() <= Scratch::KEEP {
-            self.claims = claims;
+        // The claims table is rebuilt when needed; its capacity is kept for typical loops
+        // and given back when large, so steady-state memory is the records alone.
+        if self.claims.capacity() > Scratch::KEEP {
+            self.claims = FastMap::default();
         }
         SweepResult {
             live_tensors: self.records.len() as u64,
@@ -1292,7 +1298,7 @@ fn may_repeat(taken: &[Pending]) -> bool {
     let mut mask = 0u64;
     let mut collision = false;
     for p in taken {
-        let bit = 1u64 << ((p.key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
+        let bit = 1u64 << ((p.weak.key() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
         collision |= mask & bit != 0;
         mask |= bit;
     }
@@ -1300,7 +1306,7 @@ fn may_repeat(taken: &[Pending]) -> bool {
         && taken
             .iter()
             .enumerate()
-            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.key == p.key))
+            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key()))
 }
 
 /// A 512-bit set of hashed storage addresses: tells that up to [`StorageBits::MAX`]

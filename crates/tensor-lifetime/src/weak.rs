@@ -63,6 +63,12 @@ impl WeakTensor {
         self.0.strong_count()
     }
 
+    /// The tensor's [`key`] (the handle points where the tensor's `Arc` does).
+    #[inline]
+    pub(crate) fn key(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+
     /// A strong `Tensor` again, if still alive. Raises the strong count while held.
     pub(crate) fn upgrade(&self) -> Option<Tensor> {
         let arc = self.0.upgrade()?;
@@ -221,5 +227,12 @@ mod tests {
         assert_ne!(key(&t), key(&row));
         let clone = t.clone();
         assert_eq!(key(&t), key(&clone));
+        // A weak handle has the key of its tensor, also after the tensor is gone.
+        let weak = WeakTensor::new(&row);
+        let row_key = key(&row);
+        assert_eq!(weak.key(), row_key);
+        drop(row);
+        assert_eq!(weak.strong_count(), 0);
+        assert_eq!(weak.key(), row_key);
     }
 }
