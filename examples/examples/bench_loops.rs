@@ -9,7 +9,9 @@
 //!
 //! `interleave` alternates blocks of untracked and tracked steps (A B A B ...) in one
 //! process, on the same model and data: no process-to-process variance (GPU clocks, pool
-//! state), at the price of not covering `TENSOR_LIFETIME=off` and dhat.
+//! state), at the price of not covering `TENSOR_LIFETIME=off` and dhat. Besides the ratio of
+//! the pooled medians it prints the median of the per-round ratios (each tracked block
+//! against the untracked block before it), which a drift of the machine moves less.
 //!
 //! `compare` runs the variants as paired processes, interleaved round by round
 //! (untracked, tracked, off, dhat, untracked, ...), and prints the medians and ratios:
@@ -218,6 +220,16 @@ fn interleave(args: &[String]) -> Result<()> {
     ] {
         let (mut plain, mut tracked) =
             bench::interleaved(workload, &device, 5, steps, rounds, bench::Only::Both)?;
+        // Each round's tracked block against the untracked block just before it: a drift
+        // of the machine during the run (clock, another process) moves both alike.
+        let mut paired: Vec<f64> = plain
+            .chunks(steps)
+            .zip(tracked.chunks(steps))
+            .map(|(p, t)| {
+                bench::median(&mut t.to_vec()) as f64 / bench::median(&mut p.to_vec()) as f64
+            })
+            .collect();
+        paired.sort_by(f64::total_cmp);
         let p = bench::median(&mut plain) as f64;
         let t = bench::median(&mut tracked) as f64;
         println!(
@@ -234,6 +246,13 @@ fn interleave(args: &[String]) -> Result<()> {
             t / 1e6,
             t / p
         );
+        if let (Some(lo), Some(hi)) = (paired.first(), paired.last()) {
+            let mid = paired[paired.len() / 2];
+            println!(
+                "{:<8} {:<10} {:>14} {:>13.3}   (per-round ratios {lo:.3}..{hi:.3})",
+                name, "paired", "median ratio", mid
+            );
+        }
     }
     Ok(())
 }

@@ -154,7 +154,7 @@ struct Frame {
     session: u64,
     judgement: Judgement,
     iterations: u64,
-    series: HashMap<u32, Series>,
+    series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
 }
@@ -233,7 +233,7 @@ impl Analysis {
                         session: *session,
                         judgement,
                         iterations: 0,
-                        series: HashMap::default(),
+                        series: SeriesBySite::default(),
                         pending: Vec::new(),
                     },
                 );
@@ -282,7 +282,7 @@ impl Analysis {
         frame.iterations = frame.iterations.max(iteration.saturating_add(1));
         let by_site = SiteLookup::new(sites);
         for s in sites {
-            frame.series.entry(s.site).or_insert_with(|| Series {
+            frame.series.insert_with(s.site, || Series {
                 first_iteration: iteration,
                 first: s.clone(),
                 ..Series::default()
@@ -295,10 +295,10 @@ impl Analysis {
             frame
                 .pending
                 .iter()
-                .map(|(site, _)| (*site, frame.series.get(site).map_or(0, |s| s.max)))
+                .map(|(site, _)| (*site, frame.series.get(*site).map_or(0, |s| s.max)))
                 .collect()
         };
-        for (site, series) in frame.series.iter_mut() {
+        for (site, series) in frame.series.0.iter_mut() {
             series.observe(iteration, by_site.get(*site), &j);
         }
         // Growth of nested frames that ended: confirmed if it makes a new high at this
@@ -339,7 +339,7 @@ impl Analysis {
         let last_iteration = frame.iterations.saturating_sub(1);
         let parent = frame.parent.and_then(|p| self.frames.get_mut(&p));
         let mut parent = parent;
-        for (site, series) in frame.series {
+        for (site, series) in frame.series.0 {
             let growing = series.growing(last_iteration, &j);
             let verdict = Verdict {
                 judgement: j,
@@ -410,7 +410,7 @@ impl Analysis {
             }
             let iteration = frame.iterations.saturating_sub(1);
             let j = frame.judgement;
-            for (site, series) in &frame.series {
+            for (site, series) in &frame.series.0 {
                 out.push((
                     *site,
                     Verdict {
@@ -625,6 +625,27 @@ impl Analysis {
 
 /// An iteration end's summaries by site. The tracker writes them sorted by site (looked
 /// up by binary search, nothing built); a log written otherwise gets a map.
+/// The series of one frame, sorted by site: an iteration end walks them all, and finds or
+/// adds a handful by binary search (no hashing on the per-iteration path).
+#[derive(Debug, Default)]
+struct SeriesBySite(Vec<(u32, Series)>);
+
+impl SeriesBySite {
+    fn get(&self, site: u32) -> Option<&Series> {
+        self.0
+            .binary_search_by_key(&site, |(s, _)| *s)
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    /// Adds `site`'s series made by `make` if it has none.
+    fn insert_with(&mut self, site: u32, make: impl FnOnce() -> Series) {
+        if let Err(i) = self.0.binary_search_by_key(&site, |(s, _)| *s) {
+            self.0.insert(i, (site, make()));
+        }
+    }
+}
+
 enum SiteLookup<'a> {
     Sorted(&'a [SiteSweep]),
     Map(HashMap<u32, &'a SiteSweep>),

@@ -113,8 +113,6 @@ struct Shapes {
     last_new_key: Option<(u64, u64)>,
     first_shape: Option<Vec<usize>>,
     last_new_shape: Option<Vec<usize>>,
-    frame: Option<u64>,
-    last_iteration: u64,
     /// Size of the latest tensor (a site usually repeats it: no set lookup then).
     last_bytes: Option<u64>,
 }
@@ -215,8 +213,6 @@ impl MemoryFindings {
             s.iterations += 1;
             s.last_key = Some(key);
         }
-        s.frame = Some(frame);
-        s.last_iteration = iteration;
         if s.last_bytes == Some(bytes) {
             return;
         }
@@ -385,7 +381,10 @@ impl MemoryFindings {
             let Some(info) = site(id) else {
                 continue;
             };
-            let loop_site = s.frame.and_then(|f| self.frame_loops.get(&f)).copied();
+            let loop_site = s
+                .last_key
+                .and_then(|(f, _)| self.frame_loops.get(&f))
+                .copied();
             let shapes = match (&s.first_shape, &s.last_new_shape) {
                 (Some(a), Some(b)) => format!(" (e.g. {a:?} ... {b:?})"),
                 _ => String::new(),
@@ -404,7 +403,7 @@ impl MemoryFindings {
                     .cloned()
                     .unwrap_or_default(),
                 loop_site: loop_site.and_then(&site).map(SiteRef::from),
-                iteration: s.last_iteration,
+                iteration: s.last_key.map_or(0, |(_, i)| i),
                 iterations: s.iterations,
                 bytes: s.largest,
                 hint: format!(

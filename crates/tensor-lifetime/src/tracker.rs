@@ -124,7 +124,8 @@ pub(crate) struct Pending {
     iteration: u32,
     session: u32,
     thread: u32,
-    /// Global probe order (the drain merges threads' buffers by it).
+    /// Global probe order (the drain merges threads' buffers by it; 0 before a second
+    /// thread probed).
     seq: u64,
     /// The tensor's creation serial ([`weak::serial`]).
     serial: u64,
@@ -132,10 +133,8 @@ pub(crate) struct Pending {
     t_ns: u64,
     storage: usize,
     storage_bytes: u64,
-    view_bytes: u64,
-    device: u16,
-    has_graph: bool,
-    dtype: candle_core::DType,
+    /// Read here only when an event log is written (see [`View`]).
+    view: Option<View>,
     /// The shape, captured only when an event log is written (it allocates).
     dims: Option<Box<[usize]>>,
 }
@@ -158,7 +157,12 @@ thread_local! {
     static LOCAL: Local = {
         let buf: Buffer = Arc::new(Mutex::new(Vec::with_capacity(256)));
         if let Some(t) = TRACKER.get() {
-            t.buffers.lock().push(buf.clone());
+            let mut buffers = t.buffers.lock();
+            if !buffers.is_empty() {
+                // From now on probes take a global order (see `Tracker::probe`).
+                t.threaded.store(true, Ordering::Relaxed);
+            }
+            buffers.push(buf.clone());
         }
         Local {
             buf,
@@ -214,6 +218,8 @@ struct FrameState {
 struct DeviceBytes {
     live: u64,
     peak: u64,
+    /// Live bytes being counted by a sweep.
+    tally: u64,
 }
 
 struct State {
@@ -306,7 +312,9 @@ pub(crate) struct Tracker {
     start: Instant,
     /// An event log is written: probes and iterations read the clock only then.
     timed: bool,
+    /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
+    threaded: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     buffers: Mutex<Vec<Buffer>>,
     next_frame: AtomicU64,
@@ -378,20 +386,39 @@ fn storage_bytes(storage: &Storage) -> Option<u64> {
     Some(bytes as u64)
 }
 
-/// What a probe reads from a tensor: its storage identity and sizes, its device.
+/// What every probe reads from a tensor: its storage's identity and bytes.
 #[inline]
-fn observe(t: &Tensor) -> (usize, u64, u64, u16) {
-    let view_bytes = (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+fn observe_storage(t: &Tensor) -> (usize, u64) {
     let (guard, _) = t.storage_and_layout();
     let storage = &*guard as *const Storage as usize;
-    let bytes = storage_bytes(&guard).unwrap_or(view_bytes);
+    let bytes = storage_bytes(&guard);
     drop(guard);
-    (
-        storage,
-        bytes,
-        view_bytes,
-        device_code(t.device().location()),
-    )
+    (storage, bytes.unwrap_or_else(|| View::of(t).view_bytes))
+}
+
+/// What a record keeps of a tensor besides its storage. None of it changes in a tensor's
+/// life, so a probe reads it only when an event log is written (a birth's event carries
+/// it even for a tensor dropped before the drain); otherwise the drain reads it from the
+/// tensors still alive, the only ones that get a record.
+#[derive(Debug, Clone, Copy)]
+struct View {
+    view_bytes: u64,
+    device: u16,
+    /// It had an autograd op (ops never change afterwards).
+    has_graph: bool,
+    dtype: candle_core::DType,
+}
+
+impl View {
+    #[inline]
+    fn of(t: &Tensor) -> View {
+        View {
+            view_bytes: (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            device: device_code(t.device().location()),
+            has_graph: t.track_op() && !t.is_variable(),
+            dtype: t.dtype(),
+        }
+    }
 }
 
 impl Tracker {
@@ -417,7 +444,8 @@ impl Tracker {
         }
         Tracker {
             timed: log.is_some(),
-            next_seq: AtomicU64::new(0),
+            next_seq: AtomicU64::new(1),
+            threaded: std::sync::atomic::AtomicBool::new(false),
             config,
             start,
             state: Mutex::new(State {
@@ -465,12 +493,19 @@ impl Tracker {
     /// Records a tensor seen at `site` (a binding, or a store when `store`).
     #[inline]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
-        let (storage, storage_bytes, view_bytes, device) = observe(t);
+        let (storage, storage_bytes) = observe_storage(t);
         let t_ns = self.stamp();
         // One counter for all threads: its order agrees with every thread's program order
         // and with hand-offs between threads (a tensor made on a loader thread and probed
-        // by the training thread after it was sent there).
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        // by the training thread after it was sent there). While only one thread has a
+        // probe buffer its probes take 0 (an atomic increment less per probe): they come
+        // before any other thread's, since a second thread sets `threaded` before its first
+        // probe, and a hand-off from it makes the receiver see the flag.
+        let seq = if self.threaded.load(Ordering::Relaxed) {
+            self.next_seq.fetch_add(1, Ordering::Relaxed)
+        } else {
+            0
+        };
         let serial = weak::serial(t);
         let _ = LOCAL.try_with(|local| {
             let (session, session_start) = local.session.get();
@@ -522,10 +557,7 @@ impl Tracker {
                 t_ns,
                 storage,
                 storage_bytes,
-                view_bytes,
-                device,
-                has_graph: t.track_op() && !t.is_variable(),
-                dtype: t.dtype(),
+                view: self.timed.then(|| View::of(t)),
                 dims: self.timed.then(|| t.dims().into()),
             });
         });
@@ -819,7 +851,8 @@ impl Tracker {
         // site as its creation site, whichever thread's buffer is drained first. Each
         // buffer is in probe order already.
         if sources > 1 {
-            taken.sort_unstable_by_key(|p| p.seq);
+            // Stable: the first thread's probes from before `threaded` all have 0.
+            taken.sort_by_key(|p| p.seq);
         }
         let log = st.log.is_some();
         // Tensors first seen dead in this drain (`dead_seen`): later probes of the same
@@ -828,20 +861,25 @@ impl Tracker {
         // which keeps the address allocated. Only a key probed more than once can be seen
         // dead again: a small drain (an iteration's few bindings) compares its keys
         // directly and skips the set when none repeats.
-        let repeats = taken.len() > 32 || may_repeat(&taken);
         let merged = st.merged_serial;
-        st.merged_serial = taken.iter().map(|p| p.serial).fold(merged, u64::max);
-        let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
-        for p in &taken {
-            // Made after every tensor of earlier drains, and probed once in this one: no
-            // record can exist for it.
-            let fresh = !repeats && p.serial > merged;
-            st.merge(p, log, fresh, repeats.then_some(&mut dead_seen));
+        let (repeats, newest) = scan(&taken);
+        st.merged_serial = newest.max(merged);
+        if repeats {
+            let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
+            for p in &taken {
+                st.merge(p, log, false, Some(&mut dead_seen));
+            }
+            dead_seen.clear();
+            st.scratch.dead_seen = dead_seen;
+        } else {
+            for p in &taken {
+                // Made after every tensor of earlier drains, and probed once in this one:
+                // no record can exist for it.
+                st.merge(p, log, p.serial > merged, None);
+            }
         }
         // The entries are read in place (no move of each) and dropped together.
         taken.clear();
-        dead_seen.clear();
-        st.scratch.dead_seen = dead_seen;
         st.scratch.drained = taken;
         st.scratch.trim_drain();
     }
@@ -1110,7 +1148,18 @@ impl State {
         }
         let id = self.next_record;
         self.next_record += 1;
-        let alive = p.weak.strong_count() > 0;
+        let mut alive = p.weak.strong_count() > 0;
+        // The view of a tensor alive now, read now if the probe did not (no event log).
+        let view = match p.view {
+            Some(view) => Some(view),
+            None if alive => {
+                let view = p.weak.upgrade().map(|t| View::of(&t));
+                // Dropped on another thread since the line above.
+                alive = view.is_some();
+                view
+            }
+            None => None,
+        };
         let totals = &mut self.totals[site as usize - 1];
         totals.born += 1;
         if !alive {
@@ -1123,7 +1172,15 @@ impl State {
         }
         if log {
             let shape = p.dims.as_ref().map(|d| d.to_vec());
-            let dtype = p.dtype.as_str().to_string();
+            // With a log every probe reads the view (`timed` is whether the log opened).
+            debug_assert!(p.view.is_some());
+            let v = view.or(p.view).unwrap_or(View {
+                view_bytes: p.storage_bytes,
+                device: 0,
+                has_graph: false,
+                dtype: candle_core::DType::F32,
+            });
+            let dtype = v.dtype.as_str().to_string();
             let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
             self.emit(Event::Born {
                 t_ns: p.t_ns,
@@ -1135,7 +1192,7 @@ impl State {
                 storage: p.storage as u64,
                 shape,
                 dtype,
-                device: device_name(p.device),
+                device: device_name(v.device),
                 thread: u64::from(p.thread),
             });
             if p.store {
@@ -1152,7 +1209,7 @@ impl State {
                 });
             }
         }
-        if !alive {
+        let Some(view) = view.filter(|_| alive) else {
             if !log {
                 self.analysis.note_dropped();
             }
@@ -1160,7 +1217,7 @@ impl State {
                 d.insert(key);
             }
             return;
-        }
+        };
         let record = Record {
             weak: p.weak.clone(),
             id,
@@ -1170,10 +1227,10 @@ impl State {
             iteration: p.iteration,
             storage: p.storage,
             storage_bytes: p.storage_bytes,
-            view_bytes: p.view_bytes,
+            view_bytes: view.view_bytes,
             session: p.session,
-            device: p.device,
-            has_graph: p.has_graph,
+            device: view.device,
+            has_graph: view.has_graph,
         };
         self.records.insert(key, record);
     }
@@ -1189,9 +1246,6 @@ impl State {
         let scratch = &mut self.scratch;
         scratch.dead.clear();
         scratch.survivors.clear();
-        for (_, d) in &mut self.devices {
-            d.live = 0;
-        }
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
         // hashed addresses shows it during the walk, each record then owns its storage,
@@ -1223,7 +1277,7 @@ impl State {
                 if bits.insert(r.storage) {
                     live_bytes += r.storage_bytes;
                     let d = cached_device_index(&mut self.devices, &mut device, r.device);
-                    self.devices[d].1.live += r.storage_bytes;
+                    self.devices[d].1.tally += r.storage_bytes;
                 } else {
                     distinct = None;
                 }
@@ -1259,18 +1313,19 @@ impl State {
                     })
                     .or_insert_with(|| Claim::of(r));
             }
-            for (_, d) in &mut self.devices {
-                d.live = 0;
-            }
             live_bytes = 0;
+            for (_, d) in &mut self.devices {
+                d.tally = 0;
+            }
             let mut device = None;
             for c in claims.values() {
                 live_bytes += c.bytes;
                 let d = cached_device_index(&mut self.devices, &mut device, c.device);
-                self.devices[d].1.live += c.bytes;
+                self.devices[d].1.tally += c.bytes;
             }
         }
         for (_, d) in &mut self.devices {
+            d.live = std::mem::take(&mut d.tally);
             d.peak = d.peak.max(d.live);
         }
         summarize_survivors(
@@ -1291,22 +1346,26 @@ impl State {
     }
 }
 
-/// Whether a key may be probed more than once in `taken` (32 entries at most): a 64-bit
-/// mask of hashed keys answers "no" in one pass, and only a collision in it pays for the
-/// exact pairwise comparison.
-fn may_repeat(taken: &[Pending]) -> bool {
+/// One pass over a drain's probes: whether a key may be probed more than once (always
+/// assumed above 32 probes; below, a 64-bit mask of hashed keys answers "no" and only a
+/// collision in it pays for the exact pairwise comparison), and the newest creation serial.
+fn scan(taken: &[Pending]) -> (bool, u64) {
     let mut mask = 0u64;
     let mut collision = false;
+    let mut newest = 0;
     for p in taken {
         let bit = 1u64 << ((p.weak.key() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
         collision |= mask & bit != 0;
         mask |= bit;
+        newest = newest.max(p.serial);
     }
-    collision
-        && taken
-            .iter()
-            .enumerate()
-            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key()))
+    let repeats = taken.len() > 32
+        || (collision
+            && taken
+                .iter()
+                .enumerate()
+                .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key())));
+    (repeats, newest)
 }
 
 /// A 512-bit set of hashed storage addresses: tells that up to [`StorageBits::MAX`]
@@ -1410,7 +1469,7 @@ fn summarize_survivors(
                         graph_held.entry(*held).or_insert(r.site);
                     }
                 }
-                let (storage, storage_bytes, _, _) = observe(node);
+                let (storage, storage_bytes) = observe_storage(node);
                 if storages.insert(storage, ()).is_none() {
                     bytes += storage_bytes;
                 }
