@@ -123,20 +123,24 @@ pub(crate) struct Pending {
     frame: u32,
     iteration: u32,
     session: u32,
-    thread: u32,
     /// Global probe order (the drain merges threads' buffers by it; 0 before a second
     /// thread probed).
     seq: u64,
     /// The tensor's creation serial ([`weak::serial`]).
     serial: u64,
-    /// Time of the probe, read only when an event log is written (0 otherwise).
-    t_ns: u64,
     storage: usize,
     storage_bytes: u64,
-    /// Read here only when an event log is written (see [`View`]).
-    view: Option<View>,
-    /// The shape, captured only when an event log is written (it allocates).
-    dims: Option<Box<[usize]>>,
+    /// What only the event log needs, read only when one is written.
+    logged: Option<Box<Logged>>,
+}
+
+/// The part of a probe only the event log's events carry.
+#[derive(Debug)]
+struct Logged {
+    t_ns: u64,
+    thread: u32,
+    view: View,
+    dims: Vec<usize>,
 }
 
 type Buffer = Arc<Mutex<Vec<Pending>>>;
@@ -544,6 +548,14 @@ impl Tracker {
                 }
             };
             drop(stack);
+            let logged = self.timed.then(|| {
+                Box::new(Logged {
+                    t_ns,
+                    thread: local.thread as u32,
+                    view: View::of(t),
+                    dims: t.dims().to_vec(),
+                })
+            });
             local.buf.lock().push(Pending {
                 weak: WeakTensor::new(t),
                 site,
@@ -551,14 +563,11 @@ impl Tracker {
                 frame: frame as u32,
                 iteration: iteration as u32,
                 session: session as u32,
-                thread: local.thread as u32,
                 seq,
                 serial,
-                t_ns,
                 storage,
                 storage_bytes,
-                view: self.timed.then(|| View::of(t)),
-                dims: self.timed.then(|| t.dims().into()),
+                logged,
             });
         });
     }
@@ -1135,7 +1144,7 @@ impl State {
                 let tensor = r.id;
                 if log {
                     self.emit(Event::Stored {
-                        t_ns: p.t_ns,
+                        t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
                         tensor,
                         site,
                     });
@@ -1150,8 +1159,11 @@ impl State {
         self.next_record += 1;
         let mut alive = p.weak.strong_count() > 0;
         // The view of a tensor alive now, read now if the probe did not (no event log).
-        let view = match p.view {
-            Some(view) => Some(view),
+        // With a log every probe reads what the log needs (`timed` is whether it opened).
+        debug_assert_eq!(log, p.logged.is_some());
+        let logged = p.logged.as_deref().filter(|_| log);
+        let view = match logged {
+            Some(l) => Some(l.view),
             None if alive => {
                 let view = p.weak.upgrade().map(|t| View::of(&t));
                 // Dropped on another thread since the line above.
@@ -1170,41 +1182,31 @@ impl State {
             self.analysis
                 .note_born_at(site, frame, u64::from(p.iteration), p.storage_bytes);
         }
-        if log {
-            let shape = p.dims.as_ref().map(|d| d.to_vec());
-            // With a log every probe reads the view (`timed` is whether the log opened).
-            debug_assert!(p.view.is_some());
-            let v = view.or(p.view).unwrap_or(View {
-                view_bytes: p.storage_bytes,
-                device: 0,
-                has_graph: false,
-                dtype: candle_core::DType::F32,
-            });
-            let dtype = v.dtype.as_str().to_string();
+        if let Some(l) = logged {
             let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
             self.emit(Event::Born {
-                t_ns: p.t_ns,
+                t_ns: l.t_ns,
                 tensor: id,
                 site,
                 frame: (frame != 0).then_some(frame),
                 iteration,
                 bytes: p.storage_bytes,
                 storage: p.storage as u64,
-                shape,
-                dtype,
-                device: device_name(v.device),
-                thread: u64::from(p.thread),
+                shape: Some(l.dims.clone()),
+                dtype: l.view.dtype.as_str().to_string(),
+                device: device_name(l.view.device),
+                thread: u64::from(l.thread),
             });
             if p.store {
                 self.emit(Event::Stored {
-                    t_ns: p.t_ns,
+                    t_ns: l.t_ns,
                     tensor: id,
                     site,
                 });
             }
             if !alive {
                 self.emit(Event::Dropped {
-                    t_ns: p.t_ns,
+                    t_ns: l.t_ns,
                     tensor: id,
                 });
             }
