@@ -72,6 +72,20 @@ impl<V> SiteMap<V> {
     where
         V: Default,
     {
+        let i = site as usize;
+        if site < Self::DENSE && self.dense.get(i).is_some_and(Option::is_some) {
+            // The common case, kept small enough to inline: the site has its value.
+            return self.dense[i].as_mut().expect("checked above");
+        }
+        self.insert_default(site)
+    }
+
+    /// [`SiteMap::get_or_default`] for a site that may have no value yet.
+    #[inline(never)]
+    fn insert_default(&mut self, site: u32) -> &mut V
+    where
+        V: Default,
+    {
         if site >= Self::DENSE {
             return self.sparse.entry(site).or_default();
         }

@@ -117,6 +117,37 @@ struct Shapes {
     last_bytes: Option<u64>,
 }
 
+impl Shapes {
+    /// A tensor of another size than the site's latest: counts the size if it is new
+    /// (out of line: [`MemoryFindings::born`]'s common case is a repeated size).
+    #[inline(never)]
+    fn size_changed(&mut self, key: (u64, u64), bytes: u64, shape: Option<&Vec<usize>>) {
+        let new = if self.sizes.len() >= MAX_SIZES_PER_SITE {
+            !self.sizes.contains(&bytes)
+        } else {
+            self.sizes.insert(bytes)
+        };
+        if !new {
+            return;
+        }
+        if self.distinct == 0 {
+            self.smallest = bytes;
+            self.first_shape = shape.cloned();
+        }
+        self.distinct += 1;
+        self.largest = self.largest.max(bytes);
+        self.smallest = self.smallest.min(bytes);
+        // The site's first iteration is the baseline: its sizes are not "new".
+        if self.iterations > 1 && self.last_new_key != Some(key) {
+            self.new_size_iterations += 1;
+            self.last_new_key = Some(key);
+        }
+        if self.iterations > 1 {
+            self.last_new_shape = shape.cloned();
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct FrameInfo {
     site: u32,
@@ -217,29 +248,7 @@ impl MemoryFindings {
             return;
         }
         s.last_bytes = Some(bytes);
-        let new = if s.sizes.len() >= MAX_SIZES_PER_SITE {
-            !s.sizes.contains(&bytes)
-        } else {
-            s.sizes.insert(bytes)
-        };
-        if !new {
-            return;
-        }
-        if s.distinct == 0 {
-            s.smallest = bytes;
-            s.first_shape = shape.cloned();
-        }
-        s.distinct += 1;
-        s.largest = s.largest.max(bytes);
-        s.smallest = s.smallest.min(bytes);
-        // The site's first iteration is the baseline: its sizes are not "new".
-        if s.iterations > 1 && s.last_new_key != Some(key) {
-            s.new_size_iterations += 1;
-            s.last_new_key = Some(key);
-        }
-        if s.iterations > 1 {
-            s.last_new_shape = shape.cloned();
-        }
+        s.size_changed(key, bytes, shape);
     }
 
     fn memory(&mut self, device: &str, sample: &MemorySample) {

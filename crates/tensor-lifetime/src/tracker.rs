@@ -884,7 +884,10 @@ impl Tracker {
             for p in &taken {
                 // Made after every tensor of earlier drains, and probed once in this one:
                 // no record can exist for it.
-                st.merge(p, log, p.serial > merged, None);
+                let fresh = p.serial > merged;
+                if !st.merge_temporary(p, log, fresh) {
+                    st.merge(p, log, fresh, None);
+                }
             }
         }
         // The entries are read in place (no move of each) and dropped together.
@@ -1106,6 +1109,25 @@ impl State {
         }
     }
 
+    /// Merges one probe of a loop body's temporary: made and dropped since the last drain,
+    /// probed once (`fresh`), with no event log. It is counted and forgotten; false (and
+    /// nothing done) for any other probe, which [`State::merge`] takes.
+    #[inline(always)]
+    fn merge_temporary(&mut self, p: &Pending, log: bool, fresh: bool) -> bool {
+        if !fresh || log || p.weak.strong_count() != 0 {
+            return false;
+        }
+        let site = self.site_id(p.site);
+        let totals = &mut self.totals[site as usize - 1];
+        totals.born += 1;
+        totals.dropped += 1;
+        self.next_record += 1;
+        let frame = (p.frame != 0).then_some(u64::from(p.frame));
+        self.analysis
+            .note_born_dropped(site, frame, u64::from(p.iteration), p.storage_bytes);
+        true
+    }
+
     /// Merges one probe into the registry. `fresh`: the tensor has no record (no lookup
     /// needed); `dead_seen`: the tensors found dead earlier in this drain, `None` when no
     /// key of the drain repeats.
@@ -1117,18 +1139,6 @@ impl State {
         mut dead_seen: Option<&mut FastSet<usize>>,
     ) {
         let site = self.site_id(p.site);
-        if fresh && !log && p.weak.strong_count() == 0 {
-            // A loop body's temporary (made and dropped since the last drain, probed
-            // once) with no event log: counted and forgotten.
-            let totals = &mut self.totals[site as usize - 1];
-            totals.born += 1;
-            totals.dropped += 1;
-            self.next_record += 1;
-            let frame = (p.frame != 0).then_some(u64::from(p.frame));
-            self.analysis
-                .note_born_dropped(site, frame, u64::from(p.iteration), p.storage_bytes);
-            return;
-        }
         let key = p.weak.key();
         if dead_seen.as_ref().is_some_and(|d| d.contains(&key)) {
             return;
@@ -1237,6 +1247,37 @@ impl State {
         self.records.insert(key, record);
     }
 
+    /// Claims each live storage for its oldest record (the dead ones are gone) and counts
+    /// the bytes of the claims per device (their `tally`); returns their total. Out of
+    /// line: a sweep needs it only when storages may be shared.
+    #[inline(never)]
+    fn claim_storages(&mut self) -> u64 {
+        let claims = &mut self.claims;
+        claims.clear();
+        claims.reserve(self.records.len());
+        for r in self.records.values() {
+            claims
+                .entry(r.storage)
+                .and_modify(|c| {
+                    if r.id < c.owner {
+                        *c = Claim::of(r);
+                    }
+                })
+                .or_insert_with(|| Claim::of(r));
+        }
+        for (_, d) in &mut self.devices {
+            d.tally = 0;
+        }
+        let mut live_bytes = 0;
+        let mut device = None;
+        for c in claims.values() {
+            live_bytes += c.bytes;
+            let d = cached_device_index(&mut self.devices, &mut device, c.device);
+            self.devices[d].1.tally += c.bytes;
+        }
+        live_bytes
+    }
+
     /// Walks the records once: drops the dead, claims each live storage for its oldest
     /// record (bytes counted once per storage), and summarizes the survivors of `frame`
     /// by site.
@@ -1301,30 +1342,7 @@ impl State {
         self.scratch.dead = dead;
         let shared = distinct.is_none();
         if shared {
-            // Claims over the records alive at the walk (the dead ones are gone).
-            let claims = &mut self.claims;
-            claims.clear();
-            claims.reserve(self.records.len());
-            for r in self.records.values() {
-                claims
-                    .entry(r.storage)
-                    .and_modify(|c| {
-                        if r.id < c.owner {
-                            *c = Claim::of(r);
-                        }
-                    })
-                    .or_insert_with(|| Claim::of(r));
-            }
-            live_bytes = 0;
-            for (_, d) in &mut self.devices {
-                d.tally = 0;
-            }
-            let mut device = None;
-            for c in claims.values() {
-                live_bytes += c.bytes;
-                let d = cached_device_index(&mut self.devices, &mut device, c.device);
-                self.devices[d].1.tally += c.bytes;
-            }
+            live_bytes = self.claim_storages();
         }
         for (_, d) in &mut self.devices {
             d.live = std::mem::take(&mut d.tally);
@@ -1439,50 +1457,12 @@ fn summarize_survivors(
         out.clear();
         return;
     }
-    // Graphs: the newest survivor carrying an autograd graph is a root; survivors in
-    // its graph are held by it. Only survivors that had an op when tagged can hold
-    // a graph, so a sweep without any pays nothing here.
-    let mut graph_held: FastMap<u64, u32> = FastMap::default();
-    let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
-    if survivors.iter().any(|v| v.has_graph) {
-        let mut roots: Vec<(usize, &Record)> = survivors
-            .iter()
-            .filter(|v| v.has_graph)
-            .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
-            .collect();
-        roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
-        let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
-        for (own_key, r) in roots {
-            if graph_held.contains_key(&r.id) {
-                continue;
-            }
-            let Some(t) = r.weak.upgrade() else { continue };
-            let mut storages: FastMap<usize, ()> = FastMap::default();
-            let mut tensors = 0u64;
-            let mut bytes = 0u64;
-            for node in t.sorted_nodes() {
-                if node.is_variable() {
-                    continue;
-                }
-                let key = weak::key(node);
-                if key != own_key {
-                    tensors += 1;
-                    if let Some(held) = by_key.get(&key) {
-                        graph_held.entry(*held).or_insert(r.site);
-                    }
-                }
-                let (storage, storage_bytes) = observe_storage(node);
-                if storages.insert(storage, ()).is_none() {
-                    bytes += storage_bytes;
-                }
-            }
-            if tensors > 0 {
-                let g = graphs.entry(r.site).or_default();
-                g.0 = g.0.max(tensors);
-                g.1 = g.1.max(bytes);
-            }
-        }
-    }
+    // Graphs (out of line): only survivors that had an op when tagged can hold a graph,
+    // so a sweep without any pays nothing for them.
+    let graphs = survivors
+        .iter()
+        .any(|v| v.has_graph)
+        .then(|| graph_holders(records, survivors));
     // Per site, in (site, iteration) order so distinct iterations are counted by
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
@@ -1495,11 +1475,10 @@ fn summarize_survivors(
             if used > 0 {
                 finish_holders(&mut out[used - 1], holders);
             }
-            let (graph_tensors, graph_bytes) = if graphs.is_empty() {
-                (0, 0)
-            } else {
-                graphs.get(&site).copied().unwrap_or_default()
-            };
+            let (graph_tensors, graph_bytes) = graphs
+                .as_ref()
+                .and_then(|g| g.1.get(&site).copied())
+                .unwrap_or_default();
             if used == out.len() {
                 out.push(SiteSweep::default());
             }
@@ -1534,9 +1513,7 @@ fn summarize_survivors(
                 a.view_storage_bytes += r.storage_bytes;
             }
         }
-        let held = (!graph_held.is_empty())
-            .then(|| graph_held.get(&r.id))
-            .flatten();
+        let held = graphs.as_ref().and_then(|g| g.0.get(&r.id));
         let holder = if let Some(root) = held {
             HolderSpec::Graph { site: *root }
         } else if r.store != 0 {
@@ -1557,6 +1534,57 @@ fn summarize_survivors(
         finish_holders(&mut out[used - 1], holders);
     }
     out.truncate(used);
+}
+
+/// Holders by graph: the root site of each held survivor (by record id), and per root site
+/// the largest graph's tensors and bytes.
+type Graphs = (FastMap<u64, u32>, FastMap<u32, (u64, u64)>);
+
+/// Autograd graphs among `survivors`: the newest survivor carrying a graph is a root, and
+/// survivors in its graph are held by it. Returns the holder root's site of each held
+/// survivor (by record id) and, per root site, the largest graph's tensors and bytes.
+#[inline(never)]
+fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Graphs {
+    let mut graph_held: FastMap<u64, u32> = FastMap::default();
+    let mut graphs: FastMap<u32, (u64, u64)> = FastMap::default();
+    let mut roots: Vec<(usize, &Record)> = survivors
+        .iter()
+        .filter(|v| v.has_graph)
+        .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
+        .collect();
+    roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
+    let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
+    for (own_key, r) in roots {
+        if graph_held.contains_key(&r.id) {
+            continue;
+        }
+        let Some(t) = r.weak.upgrade() else { continue };
+        let mut storages: FastMap<usize, ()> = FastMap::default();
+        let mut tensors = 0u64;
+        let mut bytes = 0u64;
+        for node in t.sorted_nodes() {
+            if node.is_variable() {
+                continue;
+            }
+            let key = weak::key(node);
+            if key != own_key {
+                tensors += 1;
+                if let Some(held) = by_key.get(&key) {
+                    graph_held.entry(*held).or_insert(r.site);
+                }
+            }
+            let (storage, storage_bytes) = observe_storage(node);
+            if storages.insert(storage, ()).is_none() {
+                bytes += storage_bytes;
+            }
+        }
+        if tensors > 0 {
+            let g = graphs.entry(r.site).or_default();
+            g.0 = g.0.max(tensors);
+            g.1 = g.1.max(bytes);
+        }
+    }
+    (graph_held, graphs)
 }
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.
