@@ -1366,25 +1366,32 @@ impl State {
     }
 }
 
-/// One pass over a drain's probes: whether a key may be probed more than once (always
-/// assumed above 32 probes; below, a 64-bit mask of hashed keys answers "no" and only a
-/// collision in it pays for the exact pairwise comparison), and the newest creation serial.
+/// Whether a key may be probed more than once among a drain's probes, and the newest
+/// creation serial among them. Probes whose serials strictly increase cannot repeat a
+/// tensor (a tensor's probes share its serial): the common case of a loop body that binds
+/// each new tensor once costs one comparison per probe. Otherwise, above 32 probes a repeat
+/// is assumed; below, a 64-bit mask of hashed keys answers "no" and only a collision in it
+/// pays for the exact pairwise comparison.
 fn scan(taken: &[Pending]) -> (bool, u64) {
+    if taken.windows(2).all(|w| w[0].serial < w[1].serial) {
+        return (false, taken.last().map_or(0, |p| p.serial));
+    }
+    let newest = taken.iter().map(|p| p.serial).max().unwrap_or(0);
+    if taken.len() > 32 {
+        return (true, newest);
+    }
     let mut mask = 0u64;
     let mut collision = false;
-    let mut newest = 0;
     for p in taken {
         let bit = 1u64 << ((p.weak.key() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
         collision |= mask & bit != 0;
         mask |= bit;
-        newest = newest.max(p.serial);
     }
-    let repeats = taken.len() > 32
-        || (collision
-            && taken
-                .iter()
-                .enumerate()
-                .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key())));
+    let repeats = collision
+        && taken
+            .iter()
+            .enumerate()
+            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key()));
     (repeats, newest)
 }
 
