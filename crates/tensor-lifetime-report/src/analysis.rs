@@ -289,15 +289,13 @@ impl Analysis {
             });
         }
         // This level's highs before this iteration, for the growth of nested frames.
-        let highs: HashMap<u32, u64> = if frame.pending.is_empty() {
-            HashMap::default()
-        } else {
+        let highs: Option<HashMap<u32, u64>> = (!frame.pending.is_empty()).then(|| {
             frame
                 .pending
                 .iter()
                 .map(|(site, _)| (*site, frame.series.get(*site).map_or(0, |s| s.max)))
                 .collect()
-        };
+        });
         for (site, series) in frame.series.0.iter_mut() {
             series.observe(iteration, by_site.get(*site), &j);
         }
@@ -306,21 +304,18 @@ impl Analysis {
         // rebuilt to the same height each iteration (state that an inner loop over the
         // parameters replaces every step), is bounded: not confirmed, and an earlier
         // confirmation of it is withdrawn.
-        let pending = if frame.pending.is_empty() {
-            Vec::new()
-        } else {
-            std::mem::take(&mut frame.pending)
-        };
-        for (site, mut verdict) in pending {
-            let key = (verdict.session, verdict.loop_site, site);
-            let survivors = by_site.get(site).map_or(0, |s| s.survivors);
-            // Not in the warm-up iteration: state created once, lazily, in the first
-            // iteration (optimizer buffers) makes its only high there.
-            if iteration >= j.warmup && survivors > highs.get(&site).copied().unwrap_or(0) {
-                verdict.running = false;
-                self.confirmed.insert(key, verdict);
-            } else {
-                self.confirmed.remove(&key);
+        if let Some(highs) = highs {
+            for (site, mut verdict) in std::mem::take(&mut frame.pending) {
+                let key = (verdict.session, verdict.loop_site, site);
+                let survivors = by_site.get(site).map_or(0, |s| s.survivors);
+                // Not in the warm-up iteration: state created once, lazily, in the first
+                // iteration (optimizer buffers) makes its only high there.
+                if iteration >= j.warmup && survivors > highs.get(&site).copied().unwrap_or(0) {
+                    verdict.running = false;
+                    self.confirmed.insert(key, verdict);
+                } else {
+                    self.confirmed.remove(&key);
+                }
             }
         }
         if let Some(summary) = self.loops.get_mut(&frame.site) {
