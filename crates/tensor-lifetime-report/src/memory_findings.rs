@@ -102,19 +102,20 @@ struct Untracked {
 /// The sizes one site has made.
 #[derive(Debug, Clone, Default)]
 struct Shapes {
+    // First the fields every tensor reads (one cache line), then those of a new size.
+    /// Iterations (frame, iteration) seen, and those that brought a new size.
+    last_key: Option<(u64, u64)>,
+    iterations: u64,
+    /// Size of the latest tensor (a site usually repeats it: no set lookup then).
+    last_bytes: Option<u64>,
+    new_size_iterations: u64,
+    last_new_key: Option<(u64, u64)>,
     sizes: HashSet<u64>,
     distinct: u64,
     largest: u64,
     smallest: u64,
-    /// Iterations (frame, iteration) seen, and those that brought a new size.
-    last_key: Option<(u64, u64)>,
-    iterations: u64,
-    new_size_iterations: u64,
-    last_new_key: Option<(u64, u64)>,
     first_shape: Option<Vec<usize>>,
     last_new_shape: Option<Vec<usize>>,
-    /// Size of the latest tensor (a site usually repeats it: no set lookup then).
-    last_bytes: Option<u64>,
 }
 
 impl Shapes {

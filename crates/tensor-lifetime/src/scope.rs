@@ -26,7 +26,8 @@ use std::marker::PhantomData;
 #[derive(Debug)]
 #[must_use = "a loop scope ends when dropped"]
 pub struct LoopScope {
-    inner: Option<(&'static Tracker, u64)>,
+    /// The tracker, the loop's frame and whether it is outermost on its thread.
+    inner: Option<(&'static Tracker, u64, bool)>,
     next: Cell<u64>,
     /// Iterations ended (their [`Iteration`] dropped).
     ended: Cell<u64>,
@@ -36,7 +37,10 @@ pub struct LoopScope {
 impl LoopScope {
     /// Opens a loop frame at `site` on this thread.
     pub fn enter(site: &'static Site) -> LoopScope {
-        let inner = tracker::active().map(|t| (t, t.open_loop(site)));
+        let inner = tracker::active().map(|t| {
+            let (frame, outermost) = t.open_loop(site);
+            (t, frame, outermost)
+        });
         LoopScope {
             inner,
             next: Cell::new(0),
@@ -52,8 +56,8 @@ impl LoopScope {
         self.next.set(index + 1);
         let started_ns = match self.inner {
             // The end of the previous iteration moved this frame to this one already.
-            Some((t, _)) if index > 0 && self.ended.get() == index => t.stamp(),
-            Some((t, frame)) => t.begin_iteration(frame, index),
+            Some((t, _, _)) if index > 0 && self.ended.get() == index => t.stamp(),
+            Some((t, frame, _)) => t.begin_iteration(frame, index),
             None => 0,
         };
         Iteration {
@@ -71,7 +75,7 @@ impl LoopScope {
 
 impl Drop for LoopScope {
     fn drop(&mut self) {
-        if let Some((t, frame)) = self.inner {
+        if let Some((t, frame, _)) = self.inner {
             t.close_loop(frame, self.next.get());
         }
     }
@@ -97,8 +101,8 @@ impl Iteration<'_> {
 
 impl Drop for Iteration<'_> {
     fn drop(&mut self) {
-        if let Some((t, frame)) = self.scope.inner {
-            t.end_iteration(frame, self.index, self.started_ns);
+        if let Some((t, frame, outermost)) = self.scope.inner {
+            t.end_iteration(frame, self.index, self.started_ns, outermost);
         }
         self.scope.ended.set(self.index + 1);
     }

@@ -272,8 +272,8 @@ struct Scratch {
     drained: Vec<Pending>,
     /// Tensors found dead in the current drain.
     dead_seen: FastSet<usize>,
-    /// Records found dead in the current sweep.
-    dead: Vec<usize>,
+    /// Records found dead in the current sweep: (id, site).
+    dead: Vec<(u64, u32)>,
     /// Survivors of the ending frame.
     survivors: Vec<Survivor>,
     /// Holder counts of the site being summarized.
@@ -590,8 +590,8 @@ impl Tracker {
         }
     }
 
-    /// Opens a loop frame on this thread.
-    pub(crate) fn open_loop(&'static self, site: &'static Site) -> u64 {
+    /// Opens a loop frame on this thread: its id, and whether it is outermost there.
+    pub(crate) fn open_loop(&'static self, site: &'static Site) -> (u64, bool) {
         let frame = self.next_frame.fetch_add(1, Ordering::Relaxed);
         let watermark = weak::serial_watermark();
         let (parent, session, thread) = LOCAL
@@ -648,7 +648,7 @@ impl Tracker {
             warmup,
             window,
         });
-        frame
+        (frame, parent.is_none())
     }
 
     /// Marks the start of iteration `iteration` of `frame` on this thread; returns its
@@ -666,7 +666,13 @@ impl Tracker {
     }
 
     /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
-    pub(crate) fn end_iteration(&'static self, frame: u64, iteration: u64, started_ns: u64) {
+    pub(crate) fn end_iteration(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+    ) {
         let _ = LOCAL.try_with(|l| {
             if let Some(top) = l.stack.borrow_mut().iter_mut().rev().find(|f| f.0 == frame) {
                 top.1 = iteration + 1;
@@ -680,11 +686,7 @@ impl Tracker {
         self.drain(&mut st);
         let t_ns = self.stamp();
         let sweep = st.sweep(Some(frame), t_ns, self.timed);
-        let Some(fs) = st.frames.get(&frame) else {
-            return;
-        };
         let duration_ns = t_ns.saturating_sub(started_ns);
-        let outermost = fs.parent.is_none();
         // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
         if crate::memory::memory_monitor() != 0 {
             let samples = crate::memory::monitor_tick(|| {
@@ -1091,6 +1093,7 @@ impl State {
     }
 
     /// Writes `event` to the log and applies it to the analysis.
+    #[inline]
     fn emit_ref(&mut self, event: &Event) {
         if let Some(w) = self.log.as_mut() {
             if let Err(e) = event.write_line(w) {
@@ -1286,21 +1289,22 @@ impl State {
     /// storage's address is reused by the allocator as soon as it is freed, so only the
     /// storages of records alive now identify storages reliably.
     fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
-        let scratch = &mut self.scratch;
+        let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
         scratch.dead.clear();
         scratch.survivors.clear();
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
         // hashed addresses shows it during the walk, each record then owns its storage,
         // and the claims table is built only when the bitmap has a collision.
-        let mut distinct = (self.records.len() <= StorageBits::MAX).then(StorageBits::default);
+        let mut distinct = (records.len() <= StorageBits::MAX).then(StorageBits::default);
         // Records come mostly from one device: its entry is looked up once per run of it.
         let mut device = None;
-        for (key, r) in &self.records {
+        // One pass: the dead are removed in place (no second lookup), noted in `dead`.
+        records.retain(|key, r| {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
-                scratch.dead.push(*key);
-                continue;
+                scratch.dead.push((r.id, r.site));
+                return false;
             }
             if Some(r.frame()) == frame {
                 scratch.survivors.push(Survivor {
@@ -1319,22 +1323,20 @@ impl State {
             if let Some(bits) = distinct.as_mut() {
                 if bits.insert(r.storage) {
                     live_bytes += r.storage_bytes;
-                    let d = cached_device_index(&mut self.devices, &mut device, r.device);
-                    self.devices[d].1.tally += r.storage_bytes;
+                    let d = cached_device_index(devices, &mut device, r.device);
+                    devices[d].1.tally += r.storage_bytes;
                 } else {
                     distinct = None;
                 }
             }
-        }
+            true
+        });
         let mut dead = std::mem::take(&mut scratch.dead);
-        for key in dead.drain(..) {
-            let Some(r) = self.records.remove(&key) else {
-                continue;
-            };
-            self.totals[r.site as usize - 1].dropped += 1;
+        for (id, site) in dead.drain(..) {
+            self.totals[site as usize - 1].dropped += 1;
             // The event counts the drop in the analysis; without a log, a direct note.
             if log {
-                self.emit(Event::Dropped { t_ns, tensor: r.id });
+                self.emit(Event::Dropped { t_ns, tensor: id });
             } else {
                 self.analysis.note_dropped();
             }
@@ -1595,6 +1597,7 @@ fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Gr
 }
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.
+#[inline]
 fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
     if holders.len() > 1 {
         holders.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
