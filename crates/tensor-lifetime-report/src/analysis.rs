@@ -391,6 +391,11 @@ impl Analysis {
             .born(site, frame, iteration, bytes, None);
     }
 
+    /// Tensors born at `site` so far.
+    pub fn births(&self, site: u32) -> u64 {
+        self.born.get(site).copied().unwrap_or(0)
+    }
+
     /// Counts a tensor found dropped (what [`Event::Dropped`] does).
     #[inline]
     pub fn note_dropped(&mut self) {

@@ -233,8 +233,6 @@ struct State {
     claims: FastMap<usize, Claim>,
     next_record: u64,
     frames: FastMap<u64, FrameState>,
-    /// Per-site totals, indexed by site id - 1 (ids are dense, see [`State::site_id`]).
-    totals: Vec<SiteTotals>,
     /// Tracked bytes per device code, sorted by code (a handful of devices at most).
     devices: Vec<(u16, DeviceBytes)>,
     analysis: Analysis,
@@ -272,8 +270,8 @@ struct Scratch {
     drained: Vec<Pending>,
     /// Tensors found dead in the current drain.
     dead_seen: FastSet<usize>,
-    /// Records found dead in the current sweep: (id, site).
-    dead: Vec<(u64, u32)>,
+    /// Ids of the records found dead in the current sweep (for the event log).
+    dead: Vec<u64>,
     /// Survivors of the ending frame.
     survivors: Vec<Survivor>,
     /// Holder counts of the site being summarized.
@@ -458,7 +456,6 @@ impl Tracker {
                 claims: FastMap::default(),
                 next_record: 1,
                 frames: FastMap::default(),
-                totals: Vec::new(),
                 devices: Vec::new(),
                 analysis: Analysis::new(Judgement::default()),
                 log,
@@ -950,12 +947,23 @@ impl Tracker {
         let t_ns = self.now_ns();
         let log = st.log.is_some();
         st.sweep(None, t_ns, log);
+        // Births are the analysis's count; the dropped are the births not alive now.
+        let mut live = vec![0u64; st.sites.len()];
+        for r in st.records.values() {
+            live[r.site as usize - 1] += 1;
+        }
         let mut v: Vec<_> = st
-            .totals
+            .sites
             .iter()
-            .zip(&st.sites)
-            .filter(|(t, _)| t.born > 0)
-            .map(|(t, site)| (*site, *t))
+            .zip(1u32..)
+            .zip(live)
+            .filter_map(|((site, id), live)| {
+                let born = st.analysis.births(id);
+                (born > 0).then(|| {
+                    let dropped = born.saturating_sub(live);
+                    (*site, SiteTotals { born, dropped })
+                })
+            })
             .collect();
         v.sort_by_key(|(s, _)| (s.file, s.line, s.column));
         v
@@ -1078,7 +1086,6 @@ impl State {
     #[cold]
     fn new_site(&mut self, site: &'static Site) -> u32 {
         self.sites.push(site);
-        self.totals.push(SiteTotals::default());
         let id = self.sites.len() as u32;
         site.set_id(id);
         self.emit(Event::Site {
@@ -1121,9 +1128,6 @@ impl State {
             return false;
         }
         let site = self.site_id(p.site);
-        let totals = &mut self.totals[site as usize - 1];
-        totals.born += 1;
-        totals.dropped += 1;
         self.next_record += 1;
         let frame = (p.frame != 0).then_some(u64::from(p.frame));
         self.analysis
@@ -1185,11 +1189,6 @@ impl State {
             }
             None => None,
         };
-        let totals = &mut self.totals[site as usize - 1];
-        totals.born += 1;
-        if !alive {
-            totals.dropped += 1;
-        }
         if !log {
             let frame = (p.frame != 0).then_some(u64::from(p.frame));
             self.analysis
@@ -1299,11 +1298,16 @@ impl State {
         let mut distinct = (records.len() <= StorageBits::MAX).then(StorageBits::default);
         // Records come mostly from one device: its entry is looked up once per run of it.
         let mut device = None;
-        // One pass: the dead are removed in place (no second lookup), noted in `dead`.
+        // One pass: the dead are removed in place (no second lookup), counted, and their
+        // ids kept for the log's events.
+        let mut dropped = 0;
         records.retain(|key, r| {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
-                scratch.dead.push((r.id, r.site));
+                dropped += 1;
+                if log {
+                    scratch.dead.push(r.id);
+                }
                 return false;
             }
             if Some(r.frame()) == frame {
@@ -1331,17 +1335,18 @@ impl State {
             }
             true
         });
-        let mut dead = std::mem::take(&mut scratch.dead);
-        for (id, site) in dead.drain(..) {
-            self.totals[site as usize - 1].dropped += 1;
-            // The event counts the drop in the analysis; without a log, a direct note.
-            if log {
+        if log {
+            // The events count the drops in the analysis.
+            let mut dead = std::mem::take(&mut scratch.dead);
+            for id in dead.drain(..) {
                 self.emit(Event::Dropped { t_ns, tensor: id });
-            } else {
+            }
+            self.scratch.dead = dead;
+        } else {
+            for _ in 0..dropped {
                 self.analysis.note_dropped();
             }
         }
-        self.scratch.dead = dead;
         let shared = distinct.is_none();
         if shared {
             live_bytes = self.claim_storages();
