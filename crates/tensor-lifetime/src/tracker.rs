@@ -1249,30 +1249,28 @@ impl State {
         self.records.insert(key, record);
     }
 
-    /// Claims each live storage for its oldest record (the dead ones are gone) and counts
-    /// the bytes of the claims per device (their `tally`); returns their total. Out of
-    /// line: a sweep needs it only when storages may be shared.
+    /// Claims each live storage for its oldest record (the dead ones are gone), then
+    /// [`State::tally_claims`]. Out of line: a sweep of a few records needs it only when
+    /// the bitmap of their storages had a collision.
     #[inline(never)]
     fn claim_storages(&mut self) -> u64 {
         let claims = &mut self.claims;
         claims.clear();
         claims.reserve(self.records.len());
         for r in self.records.values() {
-            claims
-                .entry(r.storage)
-                .and_modify(|c| {
-                    if r.id < c.owner {
-                        *c = Claim::of(r);
-                    }
-                })
-                .or_insert_with(|| Claim::of(r));
+            claim(claims, r);
         }
+        self.tally_claims()
+    }
+
+    /// Counts the bytes of the claims per device (their `tally`); returns their total.
+    fn tally_claims(&mut self) -> u64 {
         for (_, d) in &mut self.devices {
             d.tally = 0;
         }
         let mut live_bytes = 0;
         let mut device = None;
-        for c in claims.values() {
+        for c in self.claims.values() {
             live_bytes += c.bytes;
             let d = cached_device_index(&mut self.devices, &mut device, c.device);
             self.devices[d].1.tally += c.bytes;
@@ -1294,8 +1292,18 @@ impl State {
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
         // hashed addresses shows it during the walk, each record then owns its storage,
-        // and the claims table is built only when the bitmap has a collision.
-        let mut distinct = (records.len() <= StorageBits::MAX).then(StorageBits::default);
+        // and the claims table is built only when the bitmap has a collision. Many
+        // records build it in the walk (one pass over them).
+        let few = records.len() <= StorageBits::MAX;
+        let mut distinct = few.then(StorageBits::default);
+        let mut claims = if few {
+            None
+        } else {
+            let c = &mut self.claims;
+            c.clear();
+            c.reserve(records.len());
+            Some(c)
+        };
         // Records come mostly from one device: its entry is looked up once per run of it.
         let mut device = None;
         // One pass: the dead are removed in place (no second lookup), counted, and their
@@ -1324,7 +1332,9 @@ impl State {
                     has_graph: r.has_graph,
                 });
             }
-            if let Some(bits) = distinct.as_mut() {
+            if let Some(c) = claims.as_deref_mut() {
+                claim(c, r);
+            } else if let Some(bits) = distinct.as_mut() {
                 if bits.insert(r.storage) {
                     live_bytes += r.storage_bytes;
                     let d = cached_device_index(devices, &mut device, r.device);
@@ -1347,8 +1357,10 @@ impl State {
                 self.analysis.note_dropped();
             }
         }
-        let shared = distinct.is_none();
-        if shared {
+        let shared = !few || distinct.is_none();
+        if !few {
+            live_bytes = self.tally_claims();
+        } else if shared {
             live_bytes = self.claim_storages();
         }
         for (_, d) in &mut self.devices {
@@ -1400,6 +1412,19 @@ fn scan(taken: &[Pending]) -> (bool, u64) {
             .enumerate()
             .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key()));
     (repeats, newest)
+}
+
+/// Claims `r`'s storage for it if it is the storage's oldest live record so far.
+#[inline]
+fn claim(claims: &mut FastMap<usize, Claim>, r: &Record) {
+    claims
+        .entry(r.storage)
+        .and_modify(|c| {
+            if r.id < c.owner {
+                *c = Claim::of(r);
+            }
+        })
+        .or_insert_with(|| Claim::of(r));
 }
 
 /// A 512-bit set of hashed storage addresses: tells that up to [`StorageBits::MAX`]
