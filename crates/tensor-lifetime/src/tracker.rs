@@ -10,18 +10,25 @@
 //! # Hot path
 //!
 //! A probe (tag or store) never takes the global lock: it appends a [`Pending`] entry
-//! to a buffer owned by its thread (a mutex nobody else touches except a sweep). Every
-//! sweep drains all buffers into the registry, in order, so the first tag of a tensor
-//! fixes its creation site and later tags only add aliases.
+//! (a weak handle, the site, the loop frame and iteration, the storage and its bytes;
+//! 72 bytes) to a buffer owned by its thread (a mutex nobody else touches except a
+//! drain). What only the event log needs is read only when a log is written. Every drain
+//! takes all buffers into the registry in probe order (a global counter, once a second
+//! thread probes), so the first tag of a tensor fixes its creation site and later tags
+//! only add aliases. A tensor already dropped when drained (a loop body's temporary) is
+//! only counted; one still alive gets a record, with what a record needs of the tensor
+//! read then (its element bytes, device, autograd op: none of it changes).
 //!
 //! # Sweeps
 //!
 //! At each iteration end the sweep drains the buffers, walks the live records once
-//! (dropping the dead ones into per-site counters, so memory stays bounded by live
-//! tensors plus sites), claims each storage for its oldest live record (bytes counted
-//! once per storage), and summarizes per site the survivors of the ending frame: counts,
-//! bytes, refcounts, holders (store sites, autograd graphs, views). The summary is an
-//! [`Event::IterationEnd`], fed to the [`Analysis`] and to the event log alike.
+//! (removing the dead ones, so memory stays bounded by live tensors plus sites; births
+//! per site are the analysis's counts), claims each storage for its oldest live record
+//! (bytes counted once per storage; a handful of records with distinct storages, told
+//! apart by a bitmap of their addresses, need no claims table), and summarizes per site
+//! the survivors of the ending frame: counts, bytes, refcounts, holders (store sites,
+//! autograd graphs, views). The summary is an [`Event::IterationEnd`], fed to the
+//! [`Analysis`] and to the event log alike.
 
 use crate::config::{Config, ReportMode};
 use crate::site::Site;
