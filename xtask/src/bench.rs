@@ -125,3 +125,138 @@ fn instructions(exe: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Functions whose instruction counts depend on the random values of a run (the small
+/// loop's `randn` and `tanh`), left out of the tracker's cost: they move by hundreds of
+/// instructions per inner iteration between runs of the same build.
+const RUN_DEPENDENT: &[&str] = &[
+    "tanhf", "expm1f", "exp", "log", "rand", "Normal", "ziggurat", "chacha", "ppv",
+];
+
+/// `cargo xtask tracker-cost [--top N]`: the tracker's own instructions per inner iteration
+/// of the small-tensor loop, per function and in total (see docs/performance.md).
+pub fn tracker_cost(args: &[String]) -> Result<()> {
+    let mut top = 25usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--top" => {
+                top = crate::util::flag_value(a, &mut it)?
+                    .parse()
+                    .context("--top needs a number")?
+            }
+            other => anyhow::bail!("tracker-cost: unknown option `{other}` (options: --top N)"),
+        }
+    }
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args(["build", "--release", "-p", "tensor-lifetime-examples"])
+            .args(["--example", "bench_loops"]),
+    )?;
+    let exe = root().join("target/release/examples/bench_loops");
+    // Self cost per function of the tracked and plain runs at 2 and 6 measured steps.
+    let mut runs = Vec::new();
+    for mode in ["tracked", "plain"] {
+        for steps in ["2", "6"] {
+            runs.push(callgrind_functions(&exe, mode, steps)?);
+        }
+    }
+    let [t2, t6, p2, p6] = <[_; 4]>::try_from(runs).expect("four runs");
+    // Four steps (6 - 2) of SMALL_OPS inner iterations.
+    let per_iteration = 4.0 * SMALL_OPS;
+    let mut names: Vec<&String> = t2.keys().chain(t6.keys()).chain(p2.keys()).collect();
+    names.sort();
+    names.dedup();
+    let count = |m: &std::collections::HashMap<String, u64>, k: &String| {
+        m.get(k).copied().unwrap_or(0) as f64
+    };
+    let mut rows: Vec<(f64, &String)> = names
+        .into_iter()
+        .map(|k| {
+            let d = (count(&t6, k) - count(&t2, k)) - (count(&p6, k) - count(&p2, k));
+            (d / per_iteration, k)
+        })
+        .collect();
+    let (noise, own): (Vec<_>, Vec<_>) = rows
+        .drain(..)
+        .partition(|(_, k)| RUN_DEPENDENT.iter().any(|n| k.contains(n)));
+    let total: f64 = own.iter().map(|(d, _)| d).sum();
+    let noise: f64 = noise.iter().map(|(d, _)| d).sum();
+    let mut own = own;
+    own.sort_by(|a, b| b.0.abs().total_cmp(&a.0.abs()));
+    println!(
+        "tracker instructions per inner iteration of the small loop (callgrind, tracked minus \
+         plain, (6 steps - 2 steps) / (4 x {})): {total:.0}",
+        SMALL_OPS
+    );
+    println!("(left out, run-dependent math and random numbers: {noise:.0})");
+    for (d, k) in own.iter().take(top) {
+        println!("{d:>9.1}  {k}");
+    }
+    Ok(())
+}
+
+/// Inner iterations of one small-loop step (`SMALL_OPS` in examples/src/bench.rs).
+const SMALL_OPS: f64 = 200.0;
+
+/// Self instructions per function of `bench_loops run small <mode> --warmup 1 --steps N`
+/// under callgrind, as `callgrind_annotate` lists them.
+fn callgrind_functions(
+    exe: &Path,
+    mode: &str,
+    steps: &str,
+) -> Result<std::collections::HashMap<String, u64>> {
+    let out_file =
+        std::env::temp_dir().join(format!("tl-cost-{}-{mode}-{steps}", std::process::id()));
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(exe)
+        .args(["run", "small", mode, "--warmup", "1", "--steps", steps])
+        .env("TENSOR_LIFETIME_REPORT", "off")
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .context("cannot run valgrind (tracker-cost needs it)")?;
+    if !status.success() {
+        anyhow::bail!("valgrind failed on `bench_loops run small {mode}` ({status})");
+    }
+    let out = Command::new("callgrind_annotate")
+        .args(["--auto=no", "--inclusive=no", "--threshold=100"])
+        .arg(&out_file)
+        .output()
+        .context("cannot run callgrind_annotate")?;
+    let _ = std::fs::remove_file(&out_file);
+    let mut map = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "  1,234 ( 0.01%)  file:function [binary]"
+        let line = line.trim_start();
+        let Some((count, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        let Some((_, name)) = rest.split_once(')') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.contains("PROGRAM TOTALS") {
+            continue;
+        }
+        let name = match name.rfind(" [") {
+            Some(i) if name.ends_with(']') => &name[..i],
+            _ => name,
+        };
+        // "file:function": code inlined from another file is listed under that file;
+        // counted here under the function it runs in.
+        let name = match name.split_once(':') {
+            Some((_, function)) if !function.starts_with(':') => function,
+            _ => name,
+        };
+        *map.entry(name.to_string()).or_insert(0) += count;
+    }
+    Ok(map)
+}

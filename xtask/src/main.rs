@@ -32,6 +32,11 @@ tasks:
       ratios (CPU time), instructions per step under callgrind when valgrind is
       installed, then the tracker's memory per live record and over a long tracked loop.
       Figures: docs/performance.md.
+  tracker-cost [--top N]
+      The tracker's own instructions per inner iteration of the small-tensor loop:
+      callgrind on the tracked and the plain loop at 2 and 6 steps, tracked minus plain
+      per function, without the math and random-number functions whose counts depend on
+      the run's random values. Prints the total and the N costliest functions (25).
   help
       This text.
 ";
@@ -47,6 +52,7 @@ fn main() -> Result<()> {
         "cuda-toolkit" => cuda_toolkit::run(&rest),
         "gpu-build" => gpu_build::run(&rest),
         "bench" => bench::run(&rest),
+        "tracker-cost" => bench::tracker_cost(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
