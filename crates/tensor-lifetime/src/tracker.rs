@@ -39,7 +39,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tensor_lifetime_report::event::{Event, HolderCount, HolderSpec, MemorySample, SiteSweep};
@@ -323,7 +323,9 @@ pub(crate) struct Tracker {
     timed: bool,
     /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
-    threaded: std::sync::atomic::AtomicBool,
+    /// A second thread has a probe buffer (set before that thread's first probe; never
+    /// cleared).
+    threaded: AtomicBool,
     state: Mutex<State>,
     buffers: Mutex<Vec<Buffer>>,
     next_frame: AtomicU64,
@@ -454,7 +456,7 @@ impl Tracker {
         Tracker {
             timed: log.is_some(),
             next_seq: AtomicU64::new(1),
-            threaded: std::sync::atomic::AtomicBool::new(false),
+            threaded: AtomicBool::new(false),
             config,
             start,
             state: Mutex::new(State {
