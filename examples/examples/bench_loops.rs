@@ -25,11 +25,11 @@
 use candle_core::{Device, Result};
 use std::process::Command;
 use tensor_lifetime_examples::bench::{self, Workload};
+use tensor_lifetime_examples::heap;
 
 /// Counts live heap bytes (used by `memory`).
 #[global_allocator]
-static ALLOC: tensor_lifetime_examples::heap::CountingAlloc =
-    tensor_lifetime_examples::heap::CountingAlloc;
+static ALLOC: heap::CountingAlloc = heap::CountingAlloc;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
     match args.iter().position(|a| a == name) {
@@ -257,39 +257,23 @@ fn interleave(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn live() -> isize {
-    tensor_lifetime_examples::heap::live_bytes()
-}
-
 fn memory(args: &[String]) -> Result<()> {
-    use candle_core::{DType, Tensor};
     let records = arg(args, "--records", 100_000usize);
     let iterations = arg(args, "--iterations", 1_000_000usize);
     std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
     tensor_lifetime::init().expect("tracking is on");
 
     // Bytes per live record: the heap with N tensors alive, before and after tagging them.
-    let tensors: Vec<Tensor> = (0..records)
-        .map(|_| Tensor::zeros(1, DType::F32, &Device::Cpu))
-        .collect::<Result<_>>()?;
-    let _ = tensor_lifetime::report();
-    let before = live();
-    for t in &tensors {
-        tensor_lifetime::tag!(t);
-    }
-    let _ = tensor_lifetime::report(); // drains the probes into records
-    let after = live();
+    let (before, after) = heap::record_bytes(records)?;
     println!(
         "memory: {records} live records: {:.1} bytes per record (heap {} -> {} bytes)",
         (after - before) as f64 / records as f64,
         before,
         after
     );
-    drop(tensors);
-    let _ = tensor_lifetime::report();
 
     // Flat over a long tracked loop: sample the heap every tenth of the run.
-    let samples = memory_loop(iterations)?;
+    let samples = heap::tracked_loop_heap(iterations)?;
     let min = samples.iter().map(|s| s.1).min().unwrap_or(0);
     let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
     for (i, bytes) in &samples {
@@ -300,24 +284,4 @@ fn memory(args: &[String]) -> Result<()> {
         max - min
     );
     Ok(())
-}
-
-#[tensor_lifetime::track]
-fn memory_loop(iterations: usize) -> Result<Vec<(usize, isize)>> {
-    use candle_core::{DType, Tensor};
-    let device = Device::Cpu;
-    let mut acc = Tensor::zeros((64, 64), DType::F32, &device)?;
-    let every = (iterations / 10).max(1);
-    let mut samples = Vec::new();
-    for i in 0..iterations {
-        let a = Tensor::randn(0f32, 1.0, (64, 64), &device)?;
-        let b = (&a * &a)?;
-        let c = b.tanh()?;
-        acc = (acc + c)?;
-        if (i + 1) % every == 0 {
-            samples.push((i + 1, live()));
-        }
-    }
-    drop(acc);
-    Ok(samples)
 }

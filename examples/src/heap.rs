@@ -1,7 +1,9 @@
 //! A counting global allocator for measuring the tracker's own memory (`bench_loops
 //! memory`, `tests/tests/tracker_memory.rs`): install it in a binary with
 //! `#[global_allocator] static ALLOC: CountingAlloc = CountingAlloc;` and read
-//! [`live_bytes`]. Two atomic adds per allocation, the same for every variant measured.
+//! [`live_bytes`], or the two measurements both use: [`record_bytes`] and
+//! [`tracked_loop_heap`]. Two atomic adds per allocation, the same for every variant
+//! measured.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -37,4 +39,45 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// Live heap bytes counted by [`CountingAlloc`] (0 where it is not the global allocator).
 pub fn live_bytes() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// The heap before and after `records` live tensors (made and drained first) are tagged
+/// and drained into records: the tracker's bytes for them.
+pub fn record_bytes(records: usize) -> candle_core::Result<(isize, isize)> {
+    use candle_core::{DType, Device, Tensor};
+    let tensors: Vec<Tensor> = (0..records)
+        .map(|_| Tensor::zeros(1, DType::F32, &Device::Cpu))
+        .collect::<candle_core::Result<_>>()?;
+    let _ = tensor_lifetime::report();
+    let before = live_bytes();
+    for t in &tensors {
+        tensor_lifetime::tag!(t);
+    }
+    let _ = tensor_lifetime::report(); // drains the probes into records
+    let after = live_bytes();
+    drop(tensors);
+    let _ = tensor_lifetime::report();
+    Ok((before, after))
+}
+
+/// The heap at every tenth of a tracked loop of `iterations` small-tensor ops (randn
+/// 64x64, mul, tanh, add): (iterations done, live bytes).
+#[tensor_lifetime::track]
+pub fn tracked_loop_heap(iterations: usize) -> candle_core::Result<Vec<(usize, isize)>> {
+    use candle_core::{DType, Device, Tensor};
+    let device = Device::Cpu;
+    let mut acc = Tensor::zeros((64, 64), DType::F32, &device)?;
+    let every = (iterations / 10).max(1);
+    let mut samples = Vec::with_capacity(16);
+    for i in 0..iterations {
+        let a = Tensor::randn(0f32, 1.0, (64, 64), &device)?;
+        let b = (&a * &a)?;
+        let c = b.tanh()?;
+        acc = (acc + c)?;
+        if (i + 1) % every == 0 {
+            samples.push((i + 1, live_bytes()));
+        }
+    }
+    drop(acc);
+    Ok(samples)
 }
