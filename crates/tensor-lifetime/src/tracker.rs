@@ -504,7 +504,6 @@ impl Tracker {
     #[inline]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
         let (storage, storage_bytes) = observe_storage(t);
-        let t_ns = self.stamp();
         // One counter for all threads: its order agrees with every thread's program order
         // and with hand-offs between threads (a tensor made on a loader thread and probed
         // by the training thread after it was sent there). While only one thread has a
@@ -556,7 +555,7 @@ impl Tracker {
             drop(stack);
             let logged = self.timed.then(|| {
                 Box::new(Logged {
-                    t_ns,
+                    t_ns: self.now_ns(),
                     thread: local.thread as u32,
                     view: View::of(t),
                     dims: t.dims().to_vec(),
@@ -876,8 +875,7 @@ impl Tracker {
         // key are aliases. Keys cannot be reused meanwhile: a tensor probed later in this
         // drain was made while the earlier one's pending entry still held its weak handle,
         // which keeps the address allocated. Only a key probed more than once can be seen
-        // dead again: a small drain (an iteration's few bindings) compares its keys
-        // directly and skips the set when none repeats.
+        // dead again: a drain whose keys cannot repeat ([`scan`]) skips the set.
         let merged = st.merged_serial;
         let (repeats, newest) = scan(&taken);
         st.merged_serial = newest.max(merged);
@@ -1291,9 +1289,9 @@ impl State {
     /// record (bytes counted once per storage), and summarizes the survivors of `frame`
     /// by site.
     ///
-    /// Storage claims are rebuilt at every sweep rather than kept incrementally: a
-    /// storage's address is reused by the allocator as soon as it is freed, so only the
-    /// storages of records alive now identify storages reliably.
+    /// Storage claims are rebuilt at every sweep that needs them rather than kept
+    /// incrementally: a storage's address is reused by the allocator as soon as it is
+    /// freed, so only the storages of records alive now identify storages reliably.
     fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
         let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
         scratch.dead.clear();
