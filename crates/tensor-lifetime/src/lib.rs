@@ -46,12 +46,12 @@
 //!
 //! # Modules
 //!
-//! - [`site`]: static source locations ([`Site`], [`site!`]).
+//! - [`site`](mod@site): static source locations ([`Site`], [`site!`]).
 //! - `weak` (private): weak handles to candle tensors, the one audited `unsafe`.
 //! - `tracker` (private): the registry, loop frames and sweeps.
 //! - [`scope`]: loop scopes and iterations as RAII guards.
 //! - [`probe`]: tagging values of any type.
-//! - [`leak_test`]: sessions, [`assert_no_leaks`], [`check_leaks`].
+//! - [`leak_test`](mod@leak_test): sessions, [`assert_no_leaks`], [`check_leaks`].
 //! - [`memory`]: memory statistics per device ([`memory_stats`], [`memory_summary`],
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
 
@@ -60,6 +60,7 @@ mod error;
 pub mod leak_test;
 pub mod memory;
 pub mod probe;
+mod probe_buffer;
 pub mod scope;
 pub mod site;
 mod tracker;

@@ -11,14 +11,17 @@
 //!
 //! A probe (tag or store) never takes the global lock: it appends a [`Pending`] entry
 //! (a weak handle, the site, the loop frame and iteration, the storage and its bytes;
-//! 72 bytes) to a buffer owned by its thread (a mutex nobody else touches except a
-//! drain). What only the event log needs is read only when a log is written. Every drain
-//! takes all buffers into the registry in probe order (a global counter, once a second
-//! thread probes), so the first tag of a tensor fixes its creation site and later tags
-//! only add aliases. A tensor already dropped when drained (a loop body's temporary) is
-//! only counted; one still alive gets a record, with what a record needs of the tensor
-//! read then (its element bytes, device, autograd op: none of it changes).
-//!
+//! 64 bytes) to a ring owned by its thread ([`crate::probe_buffer`]: no atomic
+//! read-modify-write to append; a full ring drains the probes into the registry). What
+//! only the event log needs is read only when a log is written. Every drain takes all
+//! rings into the registry in probe order (a global counter, once a second thread
+//! probes), so the first tag of a tensor fixes its creation site and later tags only add
+//! aliases. A probe notes whether it is its tensor's first (no weak handle of the
+//! tracker's existed), so the drain looks up a record only for later probes. A tensor
+//! already dropped when drained (a loop body's temporary) is only counted; one still
+//! alive gets a record, with what a record needs of the tensor read then (its element
+//! bytes, device, autograd op: none of it changes).
+
 //! # Sweeps
 //!
 //! At each iteration end the sweep drains the buffers, walks the live records once
@@ -31,6 +34,7 @@
 //! [`Analysis`] and to the event log alike.
 
 use crate::config::{Config, ReportMode};
+use crate::probe_buffer::{Producer, Registry};
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
 use candle_core::{DeviceLocation, Storage, Tensor};
@@ -40,7 +44,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 use tensor_lifetime_report::event::{Event, HolderCount, HolderSpec, MemorySample, SiteSweep};
 use tensor_lifetime_report::{Analysis, Judgement, Report};
@@ -126,6 +130,9 @@ pub(crate) struct Pending {
     weak: WeakTensor,
     site: &'static Site,
     store: bool,
+    /// No weak handle of the tracker's existed for the tensor when probed: no record and
+    /// no earlier probe entry, so this is the tensor's first probe.
+    first: bool,
     // u32 like the records' (see [`Record`]): the buffer entry stays small.
     frame: u32,
     iteration: u32,
@@ -133,8 +140,6 @@ pub(crate) struct Pending {
     /// Global probe order (the drain merges threads' buffers by it; 0 before a second
     /// thread probed).
     seq: u64,
-    /// The tensor's creation serial ([`weak::serial`]).
-    serial: u64,
     storage: usize,
     storage_bytes: u64,
     /// What only the event log needs, read only when one is written.
@@ -150,10 +155,8 @@ struct Logged {
     dims: Vec<usize>,
 }
 
-type Buffer = Arc<Mutex<Vec<Pending>>>;
-
 struct Local {
-    buf: Buffer,
+    buf: Producer<Pending>,
     /// Open loop frames on this thread: (frame, current or next iteration, creation
     /// watermark: tensors with a smaller serial existed before the loop opened).
     stack: RefCell<Vec<(u64, u64, u64)>>,
@@ -166,15 +169,17 @@ static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static LOCAL: Local = {
-        let buf: Buffer = Arc::new(Mutex::new(Vec::with_capacity(256)));
-        if let Some(t) = TRACKER.get() {
-            let mut buffers = t.buffers.lock();
-            if !buffers.is_empty() {
-                // From now on probes take a global order (see `Tracker::probe`).
-                t.threaded.store(true, Ordering::Relaxed);
+        let buf = match TRACKER.get() {
+            Some(t) => {
+                let (buf, before) = t.buffers.register();
+                if before > 0 {
+                    // From now on probes take a global order (see `Tracker::probe`).
+                    t.threaded.store(true, Ordering::Relaxed);
+                }
+                buf
             }
-            buffers.push(buf.clone());
-        }
+            None => Producer::unregistered(),
+        };
         Local {
             buf,
             stack: RefCell::new(Vec::new()),
@@ -205,6 +210,25 @@ struct Record {
 }
 
 impl Record {
+    /// The record of probe `p`'s tensor (it takes the probe's weak handle).
+    #[inline(always)]
+    fn of(p: &mut Pending, id: u64, site: u32, view: View) -> Record {
+        Record {
+            weak: p.weak.take(),
+            id,
+            site,
+            store: if p.store { site } else { 0 },
+            frame: p.frame,
+            iteration: p.iteration,
+            storage: p.storage,
+            storage_bytes: p.storage_bytes,
+            view_bytes: view.view_bytes,
+            session: p.session,
+            device: view.device,
+            has_graph: view.has_graph,
+        }
+    }
+
     fn frame(&self) -> u64 {
         u64::from(self.frame)
     }
@@ -247,9 +271,6 @@ struct State {
     log_error: bool,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
-    /// The highest creation serial among the probes of earlier drains: a tensor created
-    /// after it was never merged, so it has no record to look up.
-    merged_serial: u64,
 }
 
 /// A survivor of the ending frame, with what its summary reads of its record.
@@ -272,11 +293,8 @@ struct Survivor {
 /// it grew large ([`trim_vec`]), so steady-state memory stays the records alone.
 #[derive(Default)]
 struct Scratch {
-    /// Probes taken from the threads' buffers (swapped with a thread's buffer, so that
-    /// both keep their capacity).
+    /// Probes taken from the threads' buffers.
     drained: Vec<Pending>,
-    /// Tensors found dead in the current drain.
-    dead_seen: FastSet<usize>,
     /// Ids of the records found dead in the current sweep (for the event log).
     dead: Vec<u64>,
     /// Survivors of the ending frame.
@@ -293,9 +311,6 @@ impl Scratch {
     /// After a drain: a large drain's buffer is not kept (nor handed to a thread).
     fn trim_drain(&mut self) {
         trim_vec(&mut self.drained);
-        if self.dead_seen.capacity() > Scratch::KEEP {
-            self.dead_seen = FastSet::default();
-        }
     }
 
     /// At the end of a sweep (its summaries, `sites`, are trimmed once used).
@@ -327,7 +342,7 @@ pub(crate) struct Tracker {
     /// cleared).
     threaded: AtomicBool,
     state: Mutex<State>,
-    buffers: Mutex<Vec<Buffer>>,
+    buffers: Registry<Pending>,
     next_frame: AtomicU64,
     next_session: AtomicU64,
     /// The primary loop (first opened, still open): its frame, iteration and session;
@@ -470,9 +485,8 @@ impl Tracker {
                 log,
                 log_error: false,
                 scratch: Scratch::default(),
-                merged_serial: 0,
             }),
-            buffers: Mutex::new(Vec::new()),
+            buffers: Registry::new(),
             next_frame: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             primary_frame: AtomicU64::new(0),
@@ -516,6 +530,8 @@ impl Tracker {
             0
         };
         let serial = weak::serial(t);
+        // Before this probe's own handle is made.
+        let first = weak::weak_count(t) == 0;
         let _ = LOCAL.try_with(|local| {
             let (session, session_start) = local.session.get();
             // A tensor created before its session began was not born in it.
@@ -561,19 +577,24 @@ impl Tracker {
                     dims: t.dims().to_vec(),
                 })
             });
-            local.buf.lock().push(Pending {
-                weak: WeakTensor::new(t),
-                site,
-                store,
-                frame: frame as u32,
-                iteration: iteration as u32,
-                session: session as u32,
-                seq,
-                serial,
-                storage,
-                storage_bytes,
-                logged,
-            });
+            local.buf.push(
+                Pending {
+                    weak: WeakTensor::new(t),
+                    site,
+                    store,
+                    frame: frame as u32,
+                    iteration: iteration as u32,
+                    session: session as u32,
+                    seq,
+                    first,
+                    storage,
+                    storage_bytes,
+                    logged,
+                },
+                &self.buffers,
+                // Full: the probes go to the registry now (the buffer keeps its size).
+                || self.drain(&mut self.state.lock()),
+            );
         });
     }
 
@@ -838,67 +859,19 @@ impl Tracker {
 
     /// Moves every thread's buffered probes into the registry.
     fn drain(&self, st: &mut State) {
-        let mut taken = std::mem::take(&mut st.scratch.drained);
-        let mut sources = 0;
-        {
-            let mut buffers = self.buffers.lock();
-            let mut exited = false;
-            for b in buffers.iter() {
-                let mut guard = b.lock();
-                if guard.is_empty() {
-                    // The buffer of a thread that exited, with nothing left: it can go.
-                    exited |= Arc::strong_count(b) == 1;
-                    continue;
-                }
-                sources += 1;
-                if taken.is_empty() {
-                    // The thread gets the drained (empty, allocated) buffer back.
-                    std::mem::swap(&mut *guard, &mut taken);
-                } else {
-                    taken.append(&mut guard);
-                }
-            }
-            if exited {
-                buffers.retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
-            }
-        }
-        // In the order the probes were made, across threads: a tensor made on a worker or
-        // loader thread and seen by the training thread right after keeps the worker's
-        // site as its creation site, whichever thread's buffer is drained first. Each
-        // buffer is in probe order already.
-        if sources > 1 {
-            // Stable: the first thread's probes from before `threaded` all have 0.
-            taken.sort_by_key(|p| p.seq);
-        }
-        let log = st.log.is_some();
-        // Tensors first seen dead in this drain (`dead_seen`): later probes of the same
-        // key are aliases. Keys cannot be reused meanwhile: a tensor probed later in this
-        // drain was made while the earlier one's pending entry still held its weak handle,
-        // which keeps the address allocated. Only a key probed more than once can be seen
-        // dead again: a drain whose keys cannot repeat ([`scan`]) skips the set.
-        let merged = st.merged_serial;
-        let (repeats, newest) = scan(&taken);
-        st.merged_serial = newest.max(merged);
-        if repeats {
-            let mut dead_seen = std::mem::take(&mut st.scratch.dead_seen);
-            for p in &taken {
-                st.merge(p, log, false, Some(&mut dead_seen));
-            }
-            dead_seen.clear();
-            st.scratch.dead_seen = dead_seen;
-        } else {
-            for p in &taken {
-                // Made after every tensor of earlier drains, and probed once in this one:
-                // no record can exist for it.
-                let fresh = p.serial > merged;
-                if !st.merge_temporary(p, log, fresh) {
-                    st.merge(p, log, fresh, None);
-                }
-            }
-        }
-        // The entries are read in place (no move of each) and dropped together.
-        taken.clear();
-        st.scratch.drained = taken;
+        let mut merged = std::mem::take(&mut st.scratch.drained);
+        self.buffers.drain_with(
+            &mut merged,
+            // In the order the probes were made, across threads: a tensor made on a
+            // worker or loader thread and seen by the training thread right after keeps
+            // the worker's site as its creation site, whichever thread's buffer is drained
+            // first. Each buffer is in probe order already. Stable: the first thread's
+            // probes from before `threaded` all have 0.
+            |all| all.sort_by_key(|p| p.seq),
+            // One thread's probes are read in place, in its ring.
+            |a, b| st.merge_drained(a, b, self.threaded.load(Ordering::Relaxed)),
+        );
+        st.scratch.drained = merged;
         st.scratch.trim_drain();
     }
 
@@ -1056,7 +1029,6 @@ impl Claim {
 }
 
 type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
-type FastSet<K> = tensor_lifetime_report::fast_hash::HashSet<K>;
 
 struct SweepResult {
     live_tensors: u64,
@@ -1126,43 +1098,65 @@ impl State {
         }
     }
 
-    /// Merges one probe of a loop body's temporary: made and dropped since the last drain,
-    /// probed once (`fresh`), with no event log. It is counted and forgotten; false (and
-    /// nothing done) for any other probe, which [`State::merge`] takes.
-    #[inline(always)]
-    fn merge_temporary(&mut self, p: &Pending, log: bool, fresh: bool) -> bool {
-        if !fresh || log || p.weak.strong_count() != 0 {
-            return false;
+    /// Merges a drain's probes (`a` then `b`, in probe order) into the registry. The
+    /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
+    /// than one thread has probed.
+    fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
+        let log = self.log.is_some();
+        // A tensor's first probe needs no lookup: no record of it can exist. Except when
+        // several threads probe: a later probe of it, on the thread it was handed to, may
+        // have been drained first and made the record (see `merge`).
+        let fast = !(log || threaded);
+        for part in [a, b] {
+            for p in part {
+                if fast && p.first {
+                    self.merge_fresh(p);
+                } else {
+                    self.merge(p, log);
+                }
+            }
         }
-        let site = self.site_id(p.site);
-        self.next_record += 1;
-        let frame = (p.frame != 0).then_some(u64::from(p.frame));
-        self.analysis
-            .note_born_dropped(site, frame, u64::from(p.iteration), p.storage_bytes);
-        true
     }
 
-    /// Merges one probe into the registry. `fresh`: the tensor has no record (no lookup
-    /// needed); `dead_seen`: the tensors found dead earlier in this drain, `None` when no
-    /// key of the drain repeats.
-    fn merge(
-        &mut self,
-        p: &Pending,
-        log: bool,
-        fresh: bool,
-        mut dead_seen: Option<&mut FastSet<usize>>,
-    ) {
+    /// Merges the probe of a tensor that has no record, with no event log: a loop body's
+    /// temporary, dropped by now, is counted and forgotten; a tensor alive now gets a
+    /// record with what it needs of the tensor read now.
+    #[inline(always)]
+    fn merge_fresh(&mut self, p: &mut Pending) {
+        let site = self.site_id(p.site);
+        let id = self.next_record;
+        self.next_record += 1;
+        let frame = (p.frame != 0).then_some(u64::from(p.frame));
+        let iteration = u64::from(p.iteration);
+        // Upgraded only when alive: a dead handle's count is one load.
+        let tensor = match p.weak.strong_count() {
+            0 => None,
+            // Dropped on another thread since the line above: `None`.
+            _ => p.weak.upgrade(),
+        };
+        let Some(tensor) = tensor else {
+            self.analysis
+                .note_born_dropped(site, frame, iteration, p.storage_bytes);
+            return;
+        };
+        let view = View::of(&tensor);
+        drop(tensor);
+        self.analysis
+            .note_born_at(site, frame, iteration, p.storage_bytes);
+        let key = p.weak.key();
+        self.records.insert(key, Record::of(p, id, site, view));
+    }
+
+    /// Merges one probe into the registry.
+    ///
+    /// A key names one tensor for as long as a probe entry or a record holds its weak
+    /// handle (the handle keeps the address allocated), so a probe's key finds its
+    /// tensor's record if it has one.
+    #[inline(never)]
+    fn merge(&mut self, p: &mut Pending, log: bool) {
         let site = self.site_id(p.site);
         let key = p.weak.key();
-        if dead_seen.as_ref().is_some_and(|d| d.contains(&key)) {
-            return;
-        }
-        let existing = if fresh {
-            None
-        } else {
-            self.records.get_mut(&key)
-        };
-        if let Some(r) = existing {
+        if let Some(r) = self.records.get_mut(&key) {
             if p.store {
                 r.store = site;
                 let tensor = r.id;
@@ -1179,9 +1173,16 @@ impl State {
             }
             return;
         }
+        let mut alive = p.weak.strong_count() > 0;
+        if !alive && !p.first {
+            // A later probe of a tensor that has no record and is gone: its first probe
+            // found it dropped (and counted it), or a sweep removed its record since this
+            // probe (another thread's, made while that sweep held the lock). Or, on
+            // another thread, its first probe is still to be drained and will count it.
+            return;
+        }
         let id = self.next_record;
         self.next_record += 1;
-        let mut alive = p.weak.strong_count() > 0;
         // The view of a tensor alive now, read now if the probe did not (no event log).
         // With a log every probe reads what the log needs (`timed` is whether it opened).
         debug_assert_eq!(log, p.logged.is_some());
@@ -1234,26 +1235,9 @@ impl State {
             if !log {
                 self.analysis.note_dropped();
             }
-            if let Some(d) = dead_seen.as_mut() {
-                d.insert(key);
-            }
             return;
         };
-        let record = Record {
-            weak: p.weak.clone(),
-            id,
-            site,
-            store: if p.store { site } else { 0 },
-            frame: p.frame,
-            iteration: p.iteration,
-            storage: p.storage,
-            storage_bytes: p.storage_bytes,
-            view_bytes: view.view_bytes,
-            session: p.session,
-            device: view.device,
-            has_graph: view.has_graph,
-        };
-        self.records.insert(key, record);
+        self.records.insert(key, Record::of(p, id, site, view));
     }
 
     /// Claims each live storage for its oldest record (the dead ones are gone), then
@@ -1390,35 +1374,6 @@ impl State {
             live_bytes,
         }
     }
-}
-
-/// Whether a key may be probed more than once among a drain's probes, and the newest
-/// creation serial among them. Probes whose serials strictly increase cannot repeat a
-/// tensor (a tensor's probes share its serial): the common case of a loop body that binds
-/// each new tensor once costs one comparison per probe. Otherwise, above 32 probes a repeat
-/// is assumed; below, a 64-bit mask of hashed keys answers "no" and only a collision in it
-/// pays for the exact pairwise comparison.
-fn scan(taken: &[Pending]) -> (bool, u64) {
-    if taken.windows(2).all(|w| w[0].serial < w[1].serial) {
-        return (false, taken.last().map_or(0, |p| p.serial));
-    }
-    let newest = taken.iter().map(|p| p.serial).max().unwrap_or(0);
-    if taken.len() > 32 {
-        return (true, newest);
-    }
-    let mut mask = 0u64;
-    let mut collision = false;
-    for p in taken {
-        let bit = 1u64 << ((p.weak.key() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58);
-        collision |= mask & bit != 0;
-        mask |= bit;
-    }
-    let repeats = collision
-        && taken
-            .iter()
-            .enumerate()
-            .any(|(i, p)| taken[i + 1..].iter().any(|q| q.weak.key() == p.weak.key()));
-    (repeats, newest)
 }
 
 /// Claims `r`'s storage for it if it is the storage's oldest live record so far.
@@ -1681,6 +1636,8 @@ mod tests {
             "{}",
             std::mem::size_of::<Record>()
         );
+        // A probe entry is one cache line: the probe writes it whole.
+        assert_eq!(std::mem::size_of::<Pending>(), 64);
     }
 
     #[test]

@@ -70,10 +70,24 @@ impl WeakTensor {
     }
 
     /// A strong `Tensor` again, if still alive. Raises the strong count while held.
+    /// Moves the handle out, leaving one that points at nothing (its drop touches no
+    /// counter).
+    #[inline]
+    pub(crate) fn take(&mut self) -> WeakTensor {
+        WeakTensor(std::mem::take(&mut self.0))
+    }
+
     pub(crate) fn upgrade(&self) -> Option<Tensor> {
         let arc = self.0.upgrade()?;
         Some(from_arc(arc))
     }
+}
+
+/// How many weak handles of `tensor` exist. Only this module makes them (candle's
+/// `Tensor` has no weak API), so they are the tracker's: its probe entries and records.
+#[inline]
+pub(crate) fn weak_count(tensor: &Tensor) -> usize {
+    Arc::weak_count(as_arc(tensor))
 }
 
 /// The identity of a tensor: the address of its `Tensor_`, stable while any strong or
