@@ -253,6 +253,12 @@ fn interleave(args: &[String]) -> Result<()> {
                 name, "paired", "median ratio", mid
             );
         }
+        // A build with tensor-lifetime's `phase-timing` feature: where the tracked
+        // blocks' tracker time went (TSC cycles; empty otherwise).
+        let phases = tensor_lifetime::__private::phase_timing_summary();
+        if !phases.is_empty() {
+            print!("{name}: tracker TSC cycles by phase\n{phases}");
+        }
     }
     Ok(())
 }

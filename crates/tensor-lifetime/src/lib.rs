@@ -59,6 +59,7 @@ mod config;
 mod error;
 pub mod leak_test;
 pub mod memory;
+mod phase_timing;
 pub mod probe;
 mod probe_buffer;
 pub mod scope;
@@ -162,6 +163,8 @@ macro_rules! loop_scope {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::leak_test::{run_leak_test, LeakTestOptions};
+    /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
+    pub use crate::phase_timing::summary as phase_timing_summary;
     pub use crate::probe::{store, tag};
     pub use crate::scope::{Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
