@@ -7,11 +7,12 @@
 //! bench_loops interleave [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N]
 //! ```
 //!
-//! `interleave` alternates blocks of untracked and tracked steps (A B A B ...) in one
+//! `interleave` alternates blocks of untracked and tracked steps (A B B A A B ...) in one
 //! process, on the same model and data: no process-to-process variance (GPU clocks, pool
-//! state), at the price of not covering `TENSOR_LIFETIME=off` and dhat. Besides the ratio of
-//! the pooled medians it prints the median of the per-round ratios (each tracked block
-//! against the untracked block before it), which a drift of the machine moves less.
+//! state), at the price of not covering dhat. Run with `TENSOR_LIFETIME=off` it compares
+//! untracked code with tracked code whose tracking is off. Besides the ratio of the pooled
+//! medians it prints the median of the per-round ratios (each round's tracked block
+//! against its untracked block), which a drift of the machine moves less.
 //!
 //! `compare` runs the variants as paired processes, interleaved round by round
 //! (untracked, tracked, off, dhat, untracked, ...), and prints the medians and ratios:
@@ -220,8 +221,9 @@ fn interleave(args: &[String]) -> Result<()> {
     ] {
         let (mut plain, mut tracked) =
             bench::interleaved(workload, &device, 5, steps, rounds, bench::Only::Both)?;
-        // Each round's tracked block against the untracked block just before it: a drift
-        // of the machine during the run (clock, another process) moves both alike.
+        // Each round's tracked block against its untracked block, right before or after
+        // it: a drift of the machine during the run (clock, another process) moves both
+        // alike.
         let mut paired: Vec<f64> = plain
             .chunks(steps)
             .zip(tracked.chunks(steps))

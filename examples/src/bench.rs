@@ -114,8 +114,9 @@ pub enum Only {
 }
 
 /// Runs `rounds` blocks of `steps` measured steps of each variant in this process,
-/// alternating plain and tracked blocks (A B A B ...) on the same model and data, after
-/// `warmup` unmeasured steps of each; returns the step times of each variant.
+/// alternating plain and tracked blocks (A B B A A B ...: each round starts with the
+/// variant the previous one ended with) on the same model and data, after `warmup`
+/// unmeasured steps of each; returns the step times of each variant.
 pub fn interleaved(
     workload: Workload,
     device: &Device,
@@ -152,11 +153,14 @@ pub fn interleaved(
     let (mut plain, mut tracked) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let w = if round == 0 { warmup } else { 0 };
-        if only != Only::Tracked {
-            plain.extend(drive_plain(&mut || step(false), clock, w, steps)?);
-        }
-        if only != Only::Plain {
-            tracked.extend(drive_tracked(&mut || step(true), clock, w, steps)?);
+        // A B, then B A: a drift of the machine within a round (clocks, the device's
+        // memory pool) favours neither variant.
+        for tracked_block in [round % 2 == 1, round % 2 == 0] {
+            if tracked_block && only != Only::Plain {
+                tracked.extend(drive_tracked(&mut || step(true), clock, w, steps)?);
+            } else if !tracked_block && only != Only::Tracked {
+                plain.extend(drive_plain(&mut || step(false), clock, w, steps)?);
+            }
         }
     }
     Ok((plain, tracked))
