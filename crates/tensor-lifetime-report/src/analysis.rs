@@ -396,13 +396,6 @@ impl Analysis {
         self.born.get(site).copied().unwrap_or(0)
     }
 
-    /// Sets the count of live tensors: a tracker that applies iteration ends after the
-    /// births and drops that followed them (each end sets the count of its sweep) gives
-    /// the count of now after them.
-    pub fn note_live_tensors(&mut self, live: u64) {
-        self.live_tensors = live;
-    }
-
     /// Counts a tensor found dropped (what [`Event::Dropped`] does).
     #[inline]
     pub fn note_dropped(&mut self) {

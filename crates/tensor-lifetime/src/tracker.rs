@@ -272,8 +272,6 @@ struct State {
     log_error: bool,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
-    /// Iteration ends whose analysis is still to be applied.
-    deferred: Deferred,
 }
 
 /// A survivor of the ending frame, with what its summary reads of its record.
@@ -488,7 +486,6 @@ impl Tracker {
                 log,
                 log_error: false,
                 scratch: Scratch::default(),
-                deferred: Deferred::default(),
             }),
             buffers: Registry::new(),
             next_frame: AtomicU64::new(1),
@@ -742,19 +739,9 @@ impl Tracker {
         timed(HotPhase::Drain, || self.drain(&mut st));
         let t_ns = self.stamp();
         let sweep = timed(HotPhase::Sweep, || st.sweep(Some(frame), t_ns, self.timed));
-        // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
-        let monitor = crate::memory::memory_monitor() != 0;
-        // A nested loop's iteration end (the frequent kind) applies its analysis later,
-        // with others ([`Deferred`]), when its summaries need no live record.
-        let graphs = st.scratch.survivors.iter().any(|v| v.has_graph);
-        if !(outermost || self.timed || monitor || sweep.shared || graphs) {
-            st.defer_end(frame, iteration, &sweep);
-            return;
-        }
-        st.flush_deferred();
-        st.summarize(sweep.shared);
         let duration_ns = t_ns.saturating_sub(started_ns);
-        if monitor {
+        // The periodic memory monitor (`set_memory_monitor`, TENSOR_LIFETIME_MEMORY_EVERY).
+        if crate::memory::memory_monitor() != 0 {
             let samples = crate::memory::monitor_tick(|| {
                 st.devices
                     .iter()
@@ -834,7 +821,6 @@ impl Tracker {
     /// Prints / writes the report at the end of an outermost iteration (when the findings
     /// changed) and at the end of an outermost loop.
     fn auto_report(&self, st: &mut State, frame: u64, iterations: u64, loop_end: bool) {
-        st.flush_deferred();
         let report = st.analysis.report();
         let signature: Vec<(String, u32, &'static str, bool)> = report
             .findings
@@ -923,7 +909,6 @@ impl Tracker {
         let t_ns = self.now_ns();
         let log = st.log.is_some();
         let sweep = st.sweep(None, t_ns, log);
-        st.flush_deferred();
         st.flush_log();
         let mut report = st.analysis.report_for(session);
         report.live_tensors = sweep.live_tensors;
@@ -969,7 +954,6 @@ impl Tracker {
         let t_ns = self.now_ns();
         let log = st.log.is_some();
         st.sweep(None, t_ns, log);
-        st.flush_deferred();
         // Births are the analysis's count; the dropped are the births not alive now.
         let mut live = vec![0u64; st.sites.len()];
         for r in st.records.values() {
@@ -1076,8 +1060,6 @@ type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
 struct SweepResult {
     live_tensors: u64,
     live_bytes: u64,
-    /// Records share storages: their summaries need the claims.
-    shared: bool,
 }
 
 impl State {
@@ -1121,17 +1103,9 @@ impl State {
         self.emit_ref(&event);
     }
 
-    /// Writes `event` to the log and applies it to the analysis, after the deferred
-    /// iteration ends.
-    #[inline]
-    fn emit_ref(&mut self, event: &Event) {
-        self.flush_deferred();
-        self.apply(event);
-    }
-
     /// Writes `event` to the log and applies it to the analysis.
     #[inline]
-    fn apply(&mut self, event: &Event) {
+    fn emit_ref(&mut self, event: &Event) {
         if let Some(w) = self.log.as_mut() {
             if let Err(e) = event.write_line(w) {
                 if !self.log_error {
@@ -1177,6 +1151,8 @@ impl State {
         let site = self.site_id(p.site);
         let id = self.next_record;
         self.next_record += 1;
+        let frame = (p.frame != 0).then_some(u64::from(p.frame));
+        let iteration = u64::from(p.iteration);
         // Upgraded only when alive: a dead handle's count is one load.
         let tensor = match p.weak.strong_count() {
             0 => None,
@@ -1184,12 +1160,14 @@ impl State {
             _ => p.weak.upgrade(),
         };
         let Some(tensor) = tensor else {
-            self.defer_birth(p, site, false);
+            self.analysis
+                .note_born_dropped(site, frame, iteration, p.storage_bytes);
             return;
         };
         let view = View::of(&tensor);
         drop(tensor);
-        self.defer_birth(p, site, true);
+        self.analysis
+            .note_born_at(site, frame, iteration, p.storage_bytes);
         let key = p.weak.key();
         self.records.insert(key, Record::of(p, id, site, view));
     }
@@ -1244,6 +1222,11 @@ impl State {
             }
             None => None,
         };
+        if !log {
+            let frame = (p.frame != 0).then_some(u64::from(p.frame));
+            self.analysis
+                .note_born_at(site, frame, u64::from(p.iteration), p.storage_bytes);
+        }
         if let Some(l) = logged {
             let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
             self.emit(Event::Born {
@@ -1275,13 +1258,10 @@ impl State {
         }
         let Some(view) = view.filter(|_| alive) else {
             if !log {
-                self.defer_birth(p, site, false);
+                self.analysis.note_dropped();
             }
             return;
         };
-        if !log {
-            self.defer_birth(p, site, true);
-        }
         self.records.insert(key, Record::of(p, id, site, view));
     }
 
@@ -1403,195 +1383,22 @@ impl State {
             d.live = std::mem::take(&mut d.tally);
             d.peak = d.peak.max(d.live);
         }
-        if frame.is_none() {
-            // No survivors to summarize with the claims.
-            self.trim_claims();
+        summarize_survivors(
+            &self.records,
+            &mut self.scratch,
+            shared.then_some(&self.claims),
+        );
+        self.scratch.trim_sweep();
+        // The claims table is rebuilt when needed; its capacity is kept for typical loops
+        // and given back when large, so steady-state memory is the records alone.
+        if self.claims.capacity() > Scratch::KEEP {
+            self.claims = FastMap::default();
         }
         SweepResult {
             live_tensors: self.records.len() as u64,
             live_bytes,
-            shared,
         }
     }
-
-    /// The claims table is rebuilt when needed; its capacity is kept for typical loops and
-    /// given back when large, so steady-state memory is the records alone.
-    fn trim_claims(&mut self) {
-        if self.claims.capacity() > Scratch::KEEP {
-            self.claims = FastMap::default();
-        }
-    }
-
-    /// Summarizes the survivors of the latest sweep by site into `scratch.sites` (with its
-    /// storage claims when `shared`).
-    fn summarize(&mut self, shared: bool) {
-        let Scratch {
-            survivors,
-            holders,
-            sites,
-            ..
-        } = &mut self.scratch;
-        // Graphs (out of line): only survivors that had an op when tagged can hold a
-        // graph, so a sweep without any pays nothing for them.
-        let graphs = survivors
-            .iter()
-            .any(|v| v.has_graph)
-            .then(|| graph_holders(&self.records, survivors));
-        summarize_survivors(
-            survivors,
-            holders,
-            sites,
-            shared.then_some(&self.claims),
-            graphs.as_ref(),
-        );
-        self.scratch.trim_sweep();
-        self.trim_claims();
-    }
-
-    /// Keeps the latest sweep's survivors for an `iteration_end` applied later
-    /// ([`Deferred`]); applies the kept ones when there are many.
-    fn defer_end(&mut self, frame: u64, iteration: u64, sweep: &SweepResult) {
-        let d = &mut self.deferred;
-        d.survivors.append(&mut self.scratch.survivors);
-        d.ends.push(DeferredEnd {
-            frame,
-            iteration,
-            live_tensors: sweep.live_tensors,
-            live_bytes: sweep.live_bytes,
-            survivors_end: d.survivors.len(),
-        });
-        if d.ends.len() >= Deferred::MAX_ENDS || d.survivors.len() >= Deferred::MAX_SURVIVORS {
-            self.apply_deferred();
-        }
-    }
-
-    /// Counts a birth (`alive`: the tensor got a record) in the analysis later, with the
-    /// deferred iteration ends (no event log: with one, births are events).
-    #[inline]
-    fn defer_birth(&mut self, p: &Pending, site: u32, alive: bool) {
-        let births = &mut self.deferred.births;
-        births.push(Birth {
-            site,
-            frame: p.frame,
-            iteration: p.iteration,
-            alive,
-            bytes: p.storage_bytes,
-        });
-        if births.len() >= Deferred::MAX_BIRTHS {
-            self.apply_deferred();
-        }
-    }
-
-    /// Applies the deferred births and iteration ends, in order (before any other event,
-    /// and before the analysis is read).
-    #[inline]
-    fn flush_deferred(&mut self) {
-        if !(self.deferred.ends.is_empty() && self.deferred.births.is_empty()) {
-            self.apply_deferred();
-        }
-    }
-
-    #[inline(never)]
-    fn apply_deferred(&mut self) {
-        let Deferred {
-            mut births,
-            mut ends,
-            mut survivors,
-        } = std::mem::take(&mut self.deferred);
-        // Births before the ends: what the analysis keeps of a birth (counts per site, and
-        // sizes per site and iteration) does not depend on the iteration ends around it.
-        for b in births.drain(..) {
-            let frame = (b.frame != 0).then_some(u64::from(b.frame));
-            let iteration = u64::from(b.iteration);
-            if b.alive {
-                self.analysis
-                    .note_born_at(b.site, frame, iteration, b.bytes);
-            } else {
-                self.analysis
-                    .note_born_dropped(b.site, frame, iteration, b.bytes);
-            }
-        }
-        let mut start = 0;
-        for e in &ends {
-            summarize_survivors(
-                &mut survivors[start..e.survivors_end],
-                &mut self.scratch.holders,
-                &mut self.scratch.sites,
-                None,
-                None,
-            );
-            start = e.survivors_end;
-            // No event log and no clock when deferred: times are 0, as they would be.
-            let event = Event::IterationEnd {
-                t_ns: 0,
-                frame: e.frame,
-                iteration: e.iteration,
-                duration_ns: 0,
-                live_tensors: e.live_tensors,
-                live_bytes: e.live_bytes,
-                sites: std::mem::take(&mut self.scratch.sites),
-            };
-            self.apply(&event);
-            if let Event::IterationEnd { sites, .. } = event {
-                self.scratch.sites = sites;
-            }
-        }
-        // The tensors' births and drops since were counted as they were drained, before
-        // these ends set the count: the count of now is the records'.
-        self.analysis.note_live_tensors(self.records.len() as u64);
-        ends.clear();
-        survivors.clear();
-        trim_vec(&mut survivors);
-        trim_vec(&mut self.scratch.sites);
-        self.deferred = Deferred {
-            births,
-            ends,
-            survivors,
-        };
-    }
-}
-
-/// Births, and iteration ends of nested loops, whose analysis is applied later, several
-/// at once. A birth is counted when drained; an iteration end's sweep (which tensors are
-/// alive at the end of the iteration) is done at once, and its survivors are kept; summarizing them and applying the `iteration_end` to the analysis
-/// waits until the next event, the next reading of the analysis, an outermost iteration
-/// end, or [`Deferred::MAX_ENDS`] of them. The analysis then sees the same events in the
-/// same order, and its code runs once for many iterations (warm in the caches) instead of
-/// once per iteration between the loop body's tensor operations. Only without an event
-/// log, the memory monitor, shared storages or autograd graphs among the survivors (whose
-/// summaries read the live records).
-#[derive(Default)]
-struct Deferred {
-    /// Births of the drains since (no event log).
-    births: Vec<Birth>,
-    ends: Vec<DeferredEnd>,
-    /// The survivors of each deferred end, one after the other.
-    survivors: Vec<Survivor>,
-}
-
-impl Deferred {
-    const MAX_BIRTHS: usize = 4096;
-    const MAX_ENDS: usize = 64;
-    const MAX_SURVIVORS: usize = 1024;
-}
-
-/// A birth the analysis counts later ([`Deferred`]).
-struct Birth {
-    site: u32,
-    frame: u32,
-    iteration: u32,
-    /// It got a record (alive when drained).
-    alive: bool,
-    bytes: u64,
-}
-
-struct DeferredEnd {
-    frame: u64,
-    iteration: u64,
-    live_tensors: u64,
-    live_bytes: u64,
-    /// Where its survivors end in [`Deferred::survivors`].
-    survivors_end: usize,
 }
 
 /// Claims `r`'s storage for it if it is the storage's oldest live record so far.
@@ -1659,19 +1466,29 @@ fn device_index(devices: &mut Vec<(u16, DeviceBytes)>, code: u16) -> usize {
     }
 }
 
-/// Summarizes `survivors` by site into `out`, with the holders counted in `holders`.
+/// Summarizes `scratch.survivors` (keys of `records`) by site into `scratch.sites`.
 fn summarize_survivors(
-    survivors: &mut [Survivor],
-    holders: &mut Vec<(HolderSpec, u64)>,
-    out: &mut Vec<SiteSweep>,
+    records: &FastMap<usize, Record>,
+    scratch: &mut Scratch,
     // `None`: every live storage has a single record, which owns it.
     claims: Option<&FastMap<usize, Claim>>,
-    graphs: Option<&Graphs>,
 ) {
+    let Scratch {
+        survivors,
+        holders,
+        sites: out,
+        ..
+    } = scratch;
     if survivors.is_empty() {
         out.clear();
         return;
     }
+    // Graphs (out of line): only survivors that had an op when tagged can hold a graph,
+    // so a sweep without any pays nothing for them.
+    let graphs = survivors
+        .iter()
+        .any(|v| v.has_graph)
+        .then(|| graph_holders(records, survivors));
     // Per site, in (site, iteration) order so distinct iterations are counted by
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
@@ -1685,6 +1502,7 @@ fn summarize_survivors(
                 finish_holders(&mut out[used - 1], holders);
             }
             let (graph_tensors, graph_bytes) = graphs
+                .as_ref()
                 .and_then(|g| g.1.get(&site).copied())
                 .unwrap_or_default();
             if used == out.len() {
@@ -1721,7 +1539,7 @@ fn summarize_survivors(
                 a.view_storage_bytes += r.storage_bytes;
             }
         }
-        let held = graphs.and_then(|g| g.0.get(&r.id));
+        let held = graphs.as_ref().and_then(|g| g.0.get(&r.id));
         let holder = if let Some(root) = held {
             HolderSpec::Graph { site: *root }
         } else if r.store != 0 {

@@ -1,23 +1,22 @@
-//! The analysis of a nested loop's iteration ends, and of births, is applied in batches
-//! when no event log is written (the tracker's `Deferred`), and at once with a log. Both
-//! must give the same report: this test runs one workload in two child processes, without
-//! and with a log, and compares their reports and per-site totals, also read in the middle
-//! of the run.
+//! Without an event log the tracker feeds its analysis directly (births, drops and
+//! sweeps counted without building events); with a log it writes events and applies them.
+//! Both must give the same report: this test runs one workload in two child processes,
+//! without and with a log, and compares their reports, per-site totals and the report the
+//! tracker writes itself (`TENSOR_LIFETIME_JSON`), also read in the middle of the run.
 
 use candle_core::{DType, Device, Result, Tensor};
 use std::process::Command;
 
 /// The child's marker: run the workload and print what it saw.
-const CHILD: &str = "TL_DEFERRED_ANALYSIS_CHILD";
+const CHILD: &str = "TL_ANALYSIS_WITH_AND_WITHOUT_LOG_CHILD";
 
 /// Outer iterations; each runs an inner loop of `INNER` iterations.
 const OUTER: usize = 5;
 const INNER: usize = 150;
 
 /// A nested training-shaped loop: per inner iteration temporaries, a loop-carried
-/// accumulator, a cache that keeps one tensor per inner iteration (a leak: more than the
-/// 1024 survivors a batch of deferred iteration ends holds), views of a batch, and a
-/// loss summed with its graph in the outer loop.
+/// accumulator, a cache that keeps one tensor per inner iteration (a leak), views that pin
+/// their tensors' storage, and a loss summed in the outer loop.
 #[tensor_lifetime::track]
 fn workload(device: &Device, mid: &mut Vec<String>) -> Result<()> {
     let mut cache: Vec<Tensor> = Vec::new();
@@ -36,7 +35,7 @@ fn workload(device: &Device, mid: &mut Vec<String>) -> Result<()> {
             let kept = a.affine(1.0, epoch as f64)?;
             cache.push(kept);
             if step == INNER / 2 {
-                // A reading of the analysis while iteration ends are pending.
+                // A reading of the analysis in the middle of the loop.
                 mid.push(summary());
                 continue 'batch;
             }
@@ -63,7 +62,7 @@ fn summary() -> String {
 }
 
 #[test]
-fn deferred_and_immediate_analysis_agree() {
+fn analysis_with_and_without_log_agree() {
     if std::env::var_os(CHILD).is_some() {
         let mut mid = Vec::new();
         workload(&Device::Cpu, &mut mid).unwrap();
@@ -74,8 +73,8 @@ fn deferred_and_immediate_analysis_agree() {
     }
     let exe = std::env::current_exe().unwrap();
     let dir = std::env::temp_dir();
-    let log = dir.join(format!("tl-deferred-{}.jsonl", std::process::id()));
-    let json = dir.join(format!("tl-deferred-{}.json", std::process::id()));
+    let log = dir.join(format!("tl-analysis-log-{}.jsonl", std::process::id()));
+    let json = dir.join(format!("tl-analysis-log-{}.json", std::process::id()));
     let run = |with_log: bool| -> String {
         let mut cmd = Command::new(&exe);
         // The report the tracker writes itself at each outermost iteration end (the
@@ -83,7 +82,7 @@ fn deferred_and_immediate_analysis_agree() {
         cmd.env("TENSOR_LIFETIME_JSON", &json);
         cmd.args([
             "--exact",
-            "deferred_and_immediate_analysis_agree",
+            "analysis_with_and_without_log_agree",
             "--nocapture",
         ])
         .env(CHILD, "1")
@@ -105,15 +104,15 @@ fn deferred_and_immediate_analysis_agree() {
         parts.push(std::fs::read_to_string(&json).unwrap());
         parts.join("\n===\n")
     };
-    let deferred = run(false);
-    let immediate = run(true);
+    let without = run(false);
+    let with = run(true);
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_file(&json);
     assert!(
-        deferred.contains("\"findings\"") && deferred.contains("kept"),
-        "the child printed no report: {deferred}"
+        without.contains("\"findings\"") && without.contains("kept"),
+        "the child printed no report: {without}"
     );
-    assert_eq!(deferred, immediate);
+    assert_eq!(without, with);
 }
 
 #[test]
