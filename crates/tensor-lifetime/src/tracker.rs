@@ -132,7 +132,10 @@ pub(crate) struct Pending {
     site: &'static Site,
     store: bool,
     /// No weak handle of the tracker's existed for the tensor when probed: no record and
-    /// no earlier probe entry, so this is the tensor's first probe.
+    /// no earlier probe entry, so this is the tensor's first probe. (Two threads probing
+    /// one tensor at the same instant can both see none. With several threads probing,
+    /// the drain looks every probe up, so only a tensor already dropped at the drain is
+    /// then counted twice.)
     first: bool,
     // u32 like the records' (see [`Record`]): the buffer entry stays small.
     frame: u32,
