@@ -21,7 +21,7 @@
 //! already dropped when drained (a loop body's temporary) is only counted; one still
 //! alive gets a record, with what a record needs of the tensor read then (its element
 //! bytes, device, autograd op: none of it changes).
-
+//!
 //! # Sweeps
 //!
 //! At each iteration end the sweep drains the buffers, walks the live records once
@@ -1138,7 +1138,8 @@ impl State {
         for part in [a, b] {
             for p in part {
                 if fast && p.first {
-                    self.merge_fresh(p);
+                    let site = self.site_id(p.site);
+                    self.merge_fresh(p, site);
                 } else {
                     self.merge(p, log);
                 }
@@ -1148,10 +1149,10 @@ impl State {
 
     /// Merges the probe of a tensor that has no record, with no event log: a loop body's
     /// temporary, dropped by now, is counted and forgotten; a tensor alive now gets a
-    /// record with what it needs of the tensor read now.
+    /// record with what it needs of the tensor read now (a tensor dropped on another
+    /// thread meanwhile is counted as dropped).
     #[inline(always)]
-    fn merge_fresh(&mut self, p: &mut Pending) {
-        let site = self.site_id(p.site);
+    fn merge_fresh(&mut self, p: &mut Pending, site: u32) {
         let id = self.next_record;
         self.next_record += 1;
         let frame = (p.frame != 0).then_some(u64::from(p.frame));
@@ -1201,7 +1202,7 @@ impl State {
             }
             return;
         }
-        let mut alive = p.weak.strong_count() > 0;
+        let alive = p.weak.strong_count() > 0;
         if !alive && !p.first {
             // A later probe of a tensor that has no record and is gone: its first probe
             // found it dropped (and counted it), or a sweep removed its record since this
@@ -1209,63 +1210,42 @@ impl State {
             // another thread, its first probe is still to be drained and will count it.
             return;
         }
-        let id = self.next_record;
-        self.next_record += 1;
-        // The view of a tensor alive now, read now if the probe did not (no event log).
-        // With a log every probe reads what the log needs (`timed` is whether it opened).
+        // With a log every probe read what the log needs (`timed` is whether it opened).
         debug_assert_eq!(log, p.logged.is_some());
-        let logged = p.logged.as_deref().filter(|_| log);
-        let view = match logged {
-            Some(l) => Some(l.view),
-            None if alive => {
-                let view = p.weak.upgrade().map(|t| View::of(&t));
-                // Dropped on another thread since the line above.
-                alive = view.is_some();
-                view
-            }
-            None => None,
-        };
-        if !log {
-            let frame = (p.frame != 0).then_some(u64::from(p.frame));
-            self.analysis
-                .note_born_at(site, frame, u64::from(p.iteration), p.storage_bytes);
-        }
-        if let Some(l) = logged {
-            let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
-            self.emit(Event::Born {
-                t_ns: l.t_ns,
-                tensor: id,
-                site,
-                frame: (frame != 0).then_some(frame),
-                iteration,
-                bytes: p.storage_bytes,
-                storage: p.storage as u64,
-                shape: Some(l.dims.clone()),
-                dtype: l.view.dtype.as_str().to_string(),
-                device: device_name(l.view.device),
-                thread: u64::from(l.thread),
-            });
-            if p.store {
-                self.emit(Event::Stored {
-                    t_ns: l.t_ns,
-                    tensor: id,
-                    site,
-                });
-            }
-            if !alive {
-                self.emit(Event::Dropped {
-                    t_ns: l.t_ns,
-                    tensor: id,
-                });
-            }
-        }
-        let Some(view) = view.filter(|_| alive) else {
-            if !log {
-                self.analysis.note_dropped();
-            }
+        let Some(l) = p.logged.as_deref().filter(|_| log) else {
+            // No event log: a birth as of a first probe's.
+            self.merge_fresh(p, site);
             return;
         };
-        self.records.insert(key, Record::of(p, id, site, view));
+        let id = self.next_record;
+        self.next_record += 1;
+        let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
+        let (t_ns, view) = (l.t_ns, l.view);
+        self.emit(Event::Born {
+            t_ns,
+            tensor: id,
+            site,
+            frame: (frame != 0).then_some(frame),
+            iteration,
+            bytes: p.storage_bytes,
+            storage: p.storage as u64,
+            shape: Some(l.dims.clone()),
+            dtype: view.dtype.as_str().to_string(),
+            device: device_name(view.device),
+            thread: u64::from(l.thread),
+        });
+        if p.store {
+            self.emit(Event::Stored {
+                t_ns,
+                tensor: id,
+                site,
+            });
+        }
+        if alive {
+            self.records.insert(key, Record::of(p, id, site, view));
+        } else {
+            self.emit(Event::Dropped { t_ns, tensor: id });
+        }
     }
 
     /// Claims each live storage for its oldest record (the dead ones are gone), then
