@@ -361,6 +361,20 @@ impl Analysis {
         }
     }
 
+    /// An iteration end (what [`Event::IterationEnd`] does, without building the event):
+    /// `sites` are its sweep's survivors by site.
+    pub fn note_iteration_end(
+        &mut self,
+        frame: u64,
+        iteration: u64,
+        live_tensors: u64,
+        live_bytes: u64,
+        sites: &[SiteSweep],
+    ) {
+        self.memory_findings.iteration_end(frame);
+        self.iteration_end(frame, iteration, live_tensors, live_bytes, sites);
+    }
+
     /// Counts a tensor born at `site` (what [`Event::Born`] does, without the event).
     ///
     /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
@@ -374,7 +388,8 @@ impl Analysis {
     }
 
     /// A birth with what the memory findings need (what [`Event::Born`] does, without
-    /// building the event).
+    /// building the event): `bytes` is the tensor's own size
+    /// ([`crate::memory_findings::own_bytes`]).
     #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
         self.note_born(site, bytes);

@@ -30,7 +30,8 @@
 //! one.
 //!
 //! Shape churn counts, per site, the iterations (loop frame and iteration) that bore a
-//! tensor of a byte size the site had not made before. Its first iteration is the
+//! tensor of a byte size the site had not made before (the tensor's own size, elements
+//! times element size: a view's, not its storage's). Its first iteration is the
 //! baseline. A site churns when `churn_iterations` iterations brought new sizes, it made at
 //! least `churn_sizes` distinct sizes, and its largest tensor is at least
 //! `churn_min_bytes` (small tensors do not fragment a pool that matters). A site that
@@ -44,6 +45,21 @@ use crate::fast_hash::{HashMap, HashSet, SiteMap};
 use crate::report::{Finding, FindingKind, SiteRef};
 use crate::size::format_bytes;
 use std::collections::BTreeMap;
+
+/// A tensor's own bytes, its elements times their size, from a birth's shape and dtype
+/// (candle's element sizes; its sub-byte types count 0, as candle counts them). `None`
+/// without a shape or for a dtype not known here: the birth's storage bytes are used then.
+pub fn own_bytes(shape: Option<&[usize]>, dtype: &str) -> Option<u64> {
+    let size = match dtype {
+        "u8" | "f8e4m3" | "f8e8m0" => 1,
+        "i16" | "bf16" | "f16" => 2,
+        "u32" | "i32" | "f32" => 4,
+        "i64" | "f64" => 8,
+        "f6e2m3" | "f6e3m2" | "f4" => 0,
+        _ => return None,
+    };
+    Some(shape?.iter().product::<usize>() as u64 * size)
+}
 
 /// Most distinct sizes remembered per site.
 const MAX_SIZES_PER_SITE: usize = 4096;
@@ -197,31 +213,40 @@ impl MemoryFindings {
                 self.frames.remove(frame);
                 self.last_frame = None;
             }
-            Event::IterationEnd { frame, .. } => {
-                self.steps += 1;
-                // Iteration ends come in runs of one frame: its loop site is kept.
-                let site = match self.last_frame {
-                    Some((f, site)) if f == *frame => Some(site),
-                    _ => {
-                        let site = self.frames.get(frame).map(|f| f.site);
-                        self.last_frame = site.map(|s| (*frame, s));
-                        site
-                    }
-                };
-                if let Some(site) = site {
-                    *self.steps_by_loop.get_or_default(site) += 1;
-                }
-            }
+            Event::IterationEnd { frame, .. } => self.iteration_end(*frame),
             Event::Born {
                 site,
                 frame,
                 iteration,
                 bytes,
                 shape,
+                dtype,
                 ..
-            } => self.born(*site, *frame, *iteration, *bytes, shape.as_ref()),
+            } => {
+                let own = own_bytes(shape.as_deref(), dtype).unwrap_or(*bytes);
+                self.born(*site, *frame, *iteration, own, shape.as_ref())
+            }
             Event::Memory { device, sample, .. } => self.memory(device, sample),
             _ => {}
+        }
+    }
+
+    /// An iteration of `frame` ended (what [`Event::IterationEnd`] does here, without
+    /// the event).
+    #[inline]
+    pub fn iteration_end(&mut self, frame: u64) {
+        self.steps += 1;
+        // Iteration ends come in runs of one frame: its loop site is kept.
+        let site = match self.last_frame {
+            Some((f, site)) if f == frame => Some(site),
+            _ => {
+                let site = self.frames.get(&frame).map(|f| f.site);
+                self.last_frame = site.map(|s| (frame, s));
+                site
+            }
+        };
+        if let Some(site) = site {
+            *self.steps_by_loop.get_or_default(site) += 1;
         }
     }
 
@@ -619,6 +644,43 @@ mod tests {
         assert_eq!(f.site.label, "x");
         assert_eq!(f.iterations, 20);
         assert!(f.hint.starts_with("13 distinct sizes from 128.0 KiB to 176.0 KiB in 20 iterations, 12 of which brought a new size (e.g. [32, 1024] ... [32, 1216])"), "{}", f.hint);
+    }
+
+    #[test]
+    fn churn_is_judged_on_the_tensors_own_size() {
+        // Views of varying length into one fixed 4 MiB storage: the birth events carry
+        // the storage's bytes, always the same; the views' own sizes churn.
+        let mut m = MemoryFindings::default();
+        m.apply(&start(1, None));
+        for i in 0..20u64 {
+            let rows = 1024 + 32 * ((i * 7) % 13) as usize;
+            m.apply(&born(1, i, 4 << 20, vec![rows, 32]));
+            m.apply(&end(1, i));
+        }
+        let info = site_info("x");
+        let f = m.findings(|_| Some(&info));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].kind, FindingKind::ShapeChurn);
+        assert!(
+            f[0].hint.starts_with("13 distinct sizes from 128.0 KiB to"),
+            "{}",
+            f[0].hint
+        );
+    }
+
+    #[test]
+    fn own_bytes_follow_candle_element_sizes() {
+        assert_eq!(own_bytes(Some(&[2, 3]), "f32"), Some(24));
+        assert_eq!(own_bytes(Some(&[2, 3]), "bf16"), Some(12));
+        assert_eq!(own_bytes(Some(&[5]), "i64"), Some(40));
+        assert_eq!(own_bytes(Some(&[]), "u8"), Some(1), "a scalar");
+        assert_eq!(
+            own_bytes(Some(&[8]), "f4"),
+            Some(0),
+            "candle counts sub-byte types 0"
+        );
+        assert_eq!(own_bytes(None, "f32"), None);
+        assert_eq!(own_bytes(Some(&[2]), "complex"), None);
     }
 
     #[test]

@@ -124,8 +124,10 @@ pub(crate) fn failure() -> Option<String> {
     FAILURE.get().cloned().flatten()
 }
 
-/// One probe's observation, buffered per thread until the next sweep.
+/// One probe's observation, buffered per thread until the next sweep. One cache line,
+/// aligned to one: a probe writes a single line of its ring.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Pending {
     /// The tensor (its key is the handle's address, [`WeakTensor::key`]).
     weak: WeakTensor,
@@ -144,8 +146,9 @@ pub(crate) struct Pending {
     /// Global probe order (the drain merges threads' buffers by it; 0 before a second
     /// thread probed).
     seq: u64,
-    storage: usize,
-    storage_bytes: u64,
+    /// The tensor's own bytes (elements times element size; its view, not its storage):
+    /// the size the shape-churn finding judges. Read without the storage's lock.
+    bytes: u64,
     /// What only the event log needs, read only when one is written.
     logged: Option<Box<Logged>>,
 }
@@ -157,6 +160,16 @@ struct Logged {
     thread: u32,
     view: View,
     dims: Vec<usize>,
+    /// The storage as of the probe (a birth's event carries it even for a tensor dropped
+    /// before the drain).
+    storage: Observed,
+}
+
+/// A tensor's storage: its identity (address) and its whole size.
+#[derive(Debug, Clone, Copy)]
+struct Observed {
+    storage: usize,
+    storage_bytes: u64,
 }
 
 struct Local {
@@ -216,7 +229,7 @@ struct Record {
 impl Record {
     /// The record of probe `p`'s tensor (it takes the probe's weak handle).
     #[inline(always)]
-    fn of(p: &mut Pending, id: u64, site: u32, view: View) -> Record {
+    fn of(p: &mut Pending, id: u64, site: u32, view: View, storage: Observed) -> Record {
         Record {
             weak: p.weak.take(),
             id,
@@ -224,8 +237,8 @@ impl Record {
             store: if p.store { site } else { 0 },
             frame: p.frame,
             iteration: p.iteration,
-            storage: p.storage,
-            storage_bytes: p.storage_bytes,
+            storage: storage.storage,
+            storage_bytes: storage.storage_bytes,
             view_bytes: view.view_bytes,
             session: p.session,
             device: view.device,
@@ -416,14 +429,33 @@ fn storage_bytes(storage: &Storage) -> Option<u64> {
     Some(bytes as u64)
 }
 
-/// What every probe reads from a tensor: its storage's identity and bytes.
+/// A tensor's storage: its identity and bytes. Takes the storage's read lock, so a probe
+/// reads it only when an event log is written; otherwise the drain reads it from the
+/// tensors still alive, the only ones that get a record.
 #[inline]
 fn observe_storage(t: &Tensor) -> (usize, u64) {
     let (guard, _) = t.storage_and_layout();
     let storage = &*guard as *const Storage as usize;
     let bytes = storage_bytes(&guard);
     drop(guard);
-    (storage, bytes.unwrap_or_else(|| View::of(t).view_bytes))
+    (storage, bytes.unwrap_or_else(|| own_bytes(t)))
+}
+
+/// A tensor's own bytes: its elements times their size (no lock).
+#[inline]
+fn own_bytes(t: &Tensor) -> u64 {
+    // The product of the dims inline (candle's `elem_count` is out of line).
+    (t.dims().iter().product::<usize>() * t.dtype().size_in_bytes()) as u64
+}
+
+impl Observed {
+    fn of(t: &Tensor) -> Observed {
+        let (storage, storage_bytes) = observe_storage(t);
+        Observed {
+            storage,
+            storage_bytes,
+        }
+    }
 }
 
 /// What a record keeps of a tensor besides its storage. None of it changes in a tensor's
@@ -443,7 +475,7 @@ impl View {
     #[inline]
     fn of(t: &Tensor) -> View {
         View {
-            view_bytes: (t.elem_count() * t.dtype().size_in_bytes()) as u64,
+            view_bytes: own_bytes(t),
             device: device_code(t.device().location()),
             has_graph: t.track_op() && !t.is_variable(),
             dtype: t.dtype(),
@@ -527,7 +559,6 @@ impl Tracker {
 
     #[inline(always)]
     fn probe_untimed(&'static self, t: &Tensor, site: &'static Site, store: bool) {
-        let (storage, storage_bytes) = observe_storage(t);
         // One counter for all threads: its order agrees with every thread's program order
         // and with hand-offs between threads (a tensor made on a loader thread and probed
         // by the training thread after it was sent there). While only one thread has a
@@ -585,6 +616,7 @@ impl Tracker {
                     thread: local.thread as u32,
                     view: View::of(t),
                     dims: t.dims().to_vec(),
+                    storage: Observed::of(t),
                 })
             });
             local.buf.push(
@@ -597,8 +629,7 @@ impl Tracker {
                     session: session as u32,
                     seq,
                     first,
-                    storage,
-                    storage_bytes,
+                    bytes: own_bytes(t),
                     logged,
                 },
                 &self.buffers,
@@ -759,23 +790,38 @@ impl Tracker {
                 });
             }
         }
-        // The summaries go into the event and come back to the scratch buffers, which
-        // keep their allocations for the next sweep.
-        let event = Event::IterationEnd {
-            t_ns,
-            frame,
-            iteration,
-            duration_ns,
-            live_tensors: sweep.live_tensors,
-            live_bytes: sweep.live_bytes,
-            sites: std::mem::take(&mut st.scratch.sites),
-        };
-        timed(HotPhase::Analysis, || st.emit_ref(&event));
-        if let Event::IterationEnd { sites, .. } = event {
-            st.scratch.sites = sites;
-        }
+        timed(HotPhase::Analysis, || {
+            if st.log.is_some() {
+                // The summaries go into the event and come back to the scratch buffers,
+                // which keep their allocations for the next sweep.
+                let event = Event::IterationEnd {
+                    t_ns,
+                    frame,
+                    iteration,
+                    duration_ns,
+                    live_tensors: sweep.live_tensors,
+                    live_bytes: sweep.live_bytes,
+                    sites: std::mem::take(&mut st.scratch.sites),
+                };
+                st.emit_ref(&event);
+                if let Event::IterationEnd { sites, .. } = event {
+                    st.scratch.sites = sites;
+                }
+                st.flush_log();
+            } else {
+                let State {
+                    analysis, scratch, ..
+                } = &mut *st;
+                analysis.note_iteration_end(
+                    frame,
+                    iteration,
+                    sweep.live_tensors,
+                    sweep.live_bytes,
+                    &scratch.sites,
+                );
+            }
+        });
         trim_vec(&mut st.scratch.sites);
-        st.flush_log();
         if outermost {
             self.auto_report(&mut st, frame, iteration, false);
         }
@@ -1165,15 +1211,15 @@ impl State {
         };
         let Some(tensor) = tensor else {
             self.analysis
-                .note_born_dropped(site, frame, iteration, p.storage_bytes);
+                .note_born_dropped(site, frame, iteration, p.bytes);
             return;
         };
-        let view = View::of(&tensor);
+        let (view, storage) = (View::of(&tensor), Observed::of(&tensor));
         drop(tensor);
-        self.analysis
-            .note_born_at(site, frame, iteration, p.storage_bytes);
+        self.analysis.note_born_at(site, frame, iteration, p.bytes);
         let key = p.weak.key();
-        self.records.insert(key, Record::of(p, id, site, view));
+        self.records
+            .insert(key, Record::of(p, id, site, view, storage));
     }
 
     /// Merges one probe into the registry.
@@ -1220,15 +1266,15 @@ impl State {
         let id = self.next_record;
         self.next_record += 1;
         let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
-        let (t_ns, view) = (l.t_ns, l.view);
+        let (t_ns, view, storage) = (l.t_ns, l.view, l.storage);
         self.emit(Event::Born {
             t_ns,
             tensor: id,
             site,
             frame: (frame != 0).then_some(frame),
             iteration,
-            bytes: p.storage_bytes,
-            storage: p.storage as u64,
+            bytes: storage.storage_bytes,
+            storage: storage.storage as u64,
             shape: Some(l.dims.clone()),
             dtype: view.dtype.as_str().to_string(),
             device: device_name(view.device),
@@ -1242,7 +1288,8 @@ impl State {
             });
         }
         if alive {
-            self.records.insert(key, Record::of(p, id, site, view));
+            self.records
+                .insert(key, Record::of(p, id, site, view, storage));
         } else {
             self.emit(Event::Dropped { t_ns, tensor: id });
         }
@@ -1644,8 +1691,9 @@ mod tests {
             "{}",
             std::mem::size_of::<Record>()
         );
-        // A probe entry is one cache line: the probe writes it whole.
+        // A probe entry is one cache line, aligned to one: the probe writes a single line.
         assert_eq!(std::mem::size_of::<Pending>(), 64);
+        assert_eq!(std::mem::align_of::<Pending>(), 64);
     }
 
     #[test]
