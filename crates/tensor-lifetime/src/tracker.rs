@@ -10,17 +10,18 @@
 //! # Hot path
 //!
 //! A probe (tag or store) never takes the global lock: it appends a [`Pending`] entry
-//! (a weak handle, the site, the loop frame and iteration, the storage and its bytes;
-//! 64 bytes) to a ring owned by its thread ([`crate::probe_buffer`]: no atomic
-//! read-modify-write to append; a full ring drains the probes into the registry). What
-//! only the event log needs is read only when a log is written. Every drain takes all
+//! (a weak handle, the site, the loop frame and iteration, the tensor's own bytes; one
+//! cache line) to a ring owned by its thread ([`crate::probe_buffer`]: no atomic
+//! read-modify-write to append; a full ring drains the probes into the registry). It
+//! takes no lock of the tensor's either: what only the event log needs, the storage
+//! among it, is read only when a log is written. Every drain takes all
 //! rings into the registry in probe order (a global counter, once a second thread
 //! probes), so the first tag of a tensor fixes its creation site and later tags only add
 //! aliases. A probe notes whether it is its tensor's first (no weak handle of the
 //! tracker's existed), so the drain looks up a record only for later probes. A tensor
 //! already dropped when drained (a loop body's temporary) is only counted; one still
-//! alive gets a record, with what a record needs of the tensor read then (its element
-//! bytes, device, autograd op: none of it changes).
+//! alive gets a record, with what a record needs of the tensor read then (its storage,
+//! element bytes, device, autograd op: none of it changes).
 //!
 //! # Sweeps
 //!
@@ -31,7 +32,8 @@
 //! apart by a bitmap of their addresses, need no claims table), and summarizes per site
 //! the survivors of the ending frame: counts, bytes, refcounts, holders (store sites,
 //! autograd graphs, views). The summary is an [`Event::IterationEnd`], fed to the
-//! [`Analysis`] and to the event log alike.
+//! [`Analysis`] and to the event log alike (without a log, the same summary goes to the
+//! analysis directly: [`Analysis::note_iteration_end`]).
 
 use crate::config::{Config, ReportMode};
 use crate::phase_timing::{timed, HotPhase};
