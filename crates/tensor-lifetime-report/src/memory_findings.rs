@@ -58,7 +58,12 @@ pub fn own_bytes(shape: Option<&[usize]>, dtype: &str) -> Option<u64> {
         "f6e2m3" | "f6e3m2" | "f4" => 0,
         _ => return None,
     };
-    Some(shape?.iter().product::<usize>() as u64 * size)
+    // Saturating: a corrupt or hand-made log may hold any shape (tests/hostile_logs.rs).
+    let elements = shape?
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+        .unwrap_or(u64::MAX);
+    Some(elements.saturating_mul(size))
 }
 
 /// Most distinct sizes remembered per site.
@@ -681,6 +686,11 @@ mod tests {
         );
         assert_eq!(own_bytes(None, "f32"), None);
         assert_eq!(own_bytes(Some(&[2]), "complex"), None);
+        assert_eq!(
+            own_bytes(Some(&[usize::MAX, 4]), "f32"),
+            Some(u64::MAX),
+            "saturates"
+        );
     }
 
     #[test]
