@@ -11,14 +11,18 @@ use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
 /// Inner iterations of one small-tensor step.
 pub const SMALL_OPS: usize = 200;
 
+/// The tensors of the small-tensor loop: 64x64.
+pub const SMALL_DIMS: (usize, usize) = (64, 64);
+
 macro_rules! small_step {
     ($name:ident $(, #[$attr:meta])?) => {
-        /// One step of the small-tensor loop; returns the accumulated tensor.
+        /// One step of the small-tensor loop on tensors of `dims` ([`SMALL_DIMS`] in
+        /// `cargo xtask bench`); returns the accumulated tensor.
         $(#[$attr])?
-        pub fn $name(device: &Device) -> Result<Tensor> {
-            let mut acc = Tensor::zeros((64, 64), DType::F32, device)?;
+        pub fn $name(device: &Device, dims: (usize, usize)) -> Result<Tensor> {
+            let mut acc = Tensor::zeros(dims, DType::F32, device)?;
             for _ in 0..SMALL_OPS {
-                let a = Tensor::randn(0f32, 1.0, (64, 64), device)?;
+                let a = Tensor::randn(0f32, 1.0, dims, device)?;
                 let b = (&a * &a)?;
                 let c = b.tanh()?;
                 acc = (acc + c)?;
@@ -136,8 +140,8 @@ pub fn interleaved(
     };
     let mut step = |tracked: bool| -> Result<()> {
         match (&mut mlp, tracked) {
-            (None, false) => drop(small_step_plain(device)?),
-            (None, true) => drop(small_step_tracked(device)?),
+            (None, false) => drop(small_step_plain(device, SMALL_DIMS)?),
+            (None, true) => drop(small_step_tracked(device, SMALL_DIMS)?),
             (Some((model, opt, (x, y))), false) => drop(mlp_step_plain(model, opt, x, y)?),
             (Some((model, opt, (x, y))), true) => drop(mlp_step_tracked(model, opt, x, y)?),
         }
@@ -168,8 +172,11 @@ pub fn interleaved(
 
 macro_rules! drive {
     ($name:ident $(, #[$attr:meta])?) => {
+        /// Runs `step` `warmup + steps` times in a loop of its own (tracked in the tracked
+        /// variant, as a user's training loop would be); returns the `clock` time of each
+        /// of the last `steps`.
         $(#[$attr])?
-        fn $name(
+        pub fn $name(
             step: &mut dyn FnMut() -> Result<()>,
             clock: fn() -> u64,
             warmup: usize,

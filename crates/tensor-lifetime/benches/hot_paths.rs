@@ -1,8 +1,7 @@
 //! Hot paths of the tracker, measured with criterion:
 //! tagging a tensor at a site, recording a store, an iteration end (sweep) with 1 000 /
-//! 10 000 / 100 000 live records, building a report, writing the event log; and the
-//! small-tensor loop's body on one-element tensors, plain and tracked, whose difference is
-//! the tracker's wall time per inner iteration (probes, drain, sweep, analysis).
+//! 10 000 / 100 000 live records, building a report, writing the event log. (The small
+//! loop's body with the whole tracker: `examples/benches/loop_body.rs`.)
 //!
 //! `cargo bench -p tensor-lifetime --bench hot_paths`; figures in docs/performance.md.
 
@@ -40,56 +39,6 @@ fn tagging(c: &mut Criterion) {
     });
     group.finish();
     drop(scope);
-}
-
-/// Inner iterations of one call of the loop-body benchmark.
-const BODY_ITERATIONS: usize = 200;
-
-macro_rules! small_body {
-    ($name:ident $(, #[$attr:meta])?) => {
-        /// The small-tensor loop of `cargo xtask bench` on one-element tensors: the
-        /// tensor math is as cheap as candle makes it, so the tracker's share shows.
-        $(#[$attr])?
-        fn $name(device: &Device) -> candle_core::Result<Tensor> {
-            let mut acc = Tensor::zeros(1, DType::F32, device)?;
-            for _ in 0..BODY_ITERATIONS {
-                let a = Tensor::ones(1, DType::F32, device)?;
-                let b = (&a * &a)?;
-                let c = b.tanh()?;
-                acc = (acc + c)?;
-            }
-            Ok(acc)
-        }
-    };
-}
-
-small_body!(small_body_plain);
-small_body!(small_body_tracked, #[tensor_lifetime::track]);
-
-macro_rules! steps {
-    ($name:ident, $body:ident $(, #[$attr:meta])?) => {
-        /// `n` calls of the body in a loop of their own, as `cargo xtask bench` drives
-        /// its steps (the body's loop is nested: no report at its iteration ends).
-        $(#[$attr])?
-        fn $name(device: &Device, n: u64) -> std::time::Duration {
-            let start = std::time::Instant::now();
-            for _ in 0..n {
-                black_box($body(device).unwrap());
-            }
-            start.elapsed()
-        }
-    };
-}
-
-steps!(steps_plain, small_body_plain);
-steps!(steps_tracked, small_body_tracked, #[tensor_lifetime::track]);
-
-fn loop_body(c: &mut Criterion) {
-    let mut group = c.benchmark_group("small_loop_body_x200");
-    let device = Device::Cpu;
-    group.bench_function("plain", |b| b.iter_custom(|n| steps_plain(&device, n)));
-    group.bench_function("tracked", |b| b.iter_custom(|n| steps_tracked(&device, n)));
-    group.finish();
 }
 
 fn live_tensors(n: usize) -> Vec<Tensor> {
@@ -184,5 +133,5 @@ fn event_log(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tagging, loop_body, sweeps, reports, event_log);
+criterion_group!(benches, tagging, sweeps, reports, event_log);
 criterion_main!(benches);
