@@ -431,18 +431,6 @@ fn storage_bytes(storage: &Storage) -> Option<u64> {
     Some(bytes as u64)
 }
 
-/// A tensor's storage: its identity and bytes. Takes the storage's read lock, so a probe
-/// reads it only when an event log is written; otherwise the drain reads it from the
-/// tensors still alive, the only ones that get a record.
-#[inline]
-fn observe_storage(t: &Tensor) -> (usize, u64) {
-    let (guard, _) = t.storage_and_layout();
-    let storage = &*guard as *const Storage as usize;
-    let bytes = storage_bytes(&guard);
-    drop(guard);
-    (storage, bytes.unwrap_or_else(|| own_bytes(t)))
-}
-
 /// A tensor's own bytes: its elements times their size (no lock).
 #[inline]
 fn own_bytes(t: &Tensor) -> u64 {
@@ -451,11 +439,18 @@ fn own_bytes(t: &Tensor) -> u64 {
 }
 
 impl Observed {
+    /// Takes the storage's read lock, so a probe reads it only when an event log is
+    /// written; otherwise the drain reads it from the tensors still alive, the only ones
+    /// that get a record.
+    #[inline]
     fn of(t: &Tensor) -> Observed {
-        let (storage, storage_bytes) = observe_storage(t);
+        let (guard, _) = t.storage_and_layout();
+        let storage = &*guard as *const Storage as usize;
+        let bytes = storage_bytes(&guard);
+        drop(guard);
         Observed {
             storage,
-            storage_bytes,
+            storage_bytes: bytes.unwrap_or_else(|| own_bytes(t)),
         }
     }
 }
@@ -1631,9 +1626,9 @@ fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Gr
                     graph_held.entry(*held).or_insert(r.site);
                 }
             }
-            let (storage, storage_bytes) = observe_storage(node);
-            if storages.insert(storage, ()).is_none() {
-                bytes += storage_bytes;
+            let node_storage = Observed::of(node);
+            if storages.insert(node_storage.storage, ()).is_none() {
+                bytes += node_storage.storage_bytes;
             }
         }
         if tensors > 0 {
