@@ -6,8 +6,9 @@
 //! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic printing of reports |
 //! | `TENSOR_LIFETIME_JSON` | a path | the latest report as JSON, rewritten at each report |
 //! | `TENSOR_LIFETIME_LOG` | a path | the JSON-lines event log (`docs/event-log.md`) |
+//! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
 //!
-//! A value that is not understood is reported once on stderr, naming the variable and the
+//! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
 //! accepted values, and the default is kept.
 
 use std::path::PathBuf;
@@ -25,6 +26,8 @@ pub(crate) struct Config {
     pub(crate) report: ReportMode,
     pub(crate) json: Option<PathBuf>,
     pub(crate) log: Option<PathBuf>,
+    /// The memory monitor's period in iteration ends (0: off).
+    pub(crate) memory_every: u64,
 }
 
 impl Config {
@@ -60,7 +63,23 @@ impl Config {
             report,
             json: path("TENSOR_LIFETIME_JSON"),
             log: path("TENSOR_LIFETIME_LOG"),
+            memory_every: memory_every(get("TENSOR_LIFETIME_MEMORY_EVERY").as_deref()),
         }
+    }
+}
+
+fn memory_every(value: Option<&str>) -> u64 {
+    match value.map(str::trim) {
+        None | Some("") | Some("off") => 0,
+        Some(v) => v.parse().unwrap_or_else(|_| {
+            warn_env(
+                "TENSOR_LIFETIME_MEMORY_EVERY",
+                v,
+                "a number of iterations, 0 or off",
+                "the memory monitor stays off",
+            );
+            0
+        }),
     }
 }
 
@@ -89,16 +108,19 @@ mod tests {
         assert!(c.enabled);
         assert_eq!(c.report, ReportMode::Stderr);
         assert!(c.json.is_none() && c.log.is_none());
+        assert_eq!(c.memory_every, 0);
         let c = cfg(&[
             ("TENSOR_LIFETIME", "off"),
             ("TENSOR_LIFETIME_REPORT", "off"),
             ("TENSOR_LIFETIME_JSON", "r.json"),
             ("TENSOR_LIFETIME_LOG", "e.jsonl"),
+            ("TENSOR_LIFETIME_MEMORY_EVERY", " 100 "),
         ]);
         assert!(!c.enabled);
         assert_eq!(c.report, ReportMode::Off);
         assert_eq!(c.json.unwrap(), PathBuf::from("r.json"));
         assert_eq!(c.log.unwrap(), PathBuf::from("e.jsonl"));
+        assert_eq!(c.memory_every, 100);
     }
 
     #[test]
@@ -106,7 +128,9 @@ mod tests {
         let c = cfg(&[
             ("TENSOR_LIFETIME", "maybe"),
             ("TENSOR_LIFETIME_REPORT", "pager"),
+            ("TENSOR_LIFETIME_MEMORY_EVERY", "often"),
         ]);
+        assert_eq!(c.memory_every, 0);
         assert!(c.enabled);
         assert_eq!(c.report, ReportMode::Stderr);
     }

@@ -17,8 +17,6 @@ pub enum Error {
     Cuda(String),
     /// A candle operation failed.
     Candle(candle_core::Error),
-    /// Writing a report or the event log failed.
-    Io(std::io::Error),
 }
 
 impl fmt::Display for Error {
@@ -35,7 +33,6 @@ impl fmt::Display for Error {
             ),
             Error::Cuda(msg) => write!(f, "CUDA driver call failed: {msg}"),
             Error::Candle(e) => write!(f, "candle: {e}"),
-            Error::Io(e) => write!(f, "i/o: {e}"),
         }
     }
 }
@@ -44,7 +41,6 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Candle(e) => Some(e),
-            Error::Io(e) => Some(e),
             _ => None,
         }
     }
@@ -53,12 +49,6 @@ impl std::error::Error for Error {
 impl From<candle_core::Error> for Error {
     fn from(e: candle_core::Error) -> Self {
         Error::Candle(e)
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::Io(e)
     }
 }
 

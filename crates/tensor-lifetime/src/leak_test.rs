@@ -5,8 +5,7 @@
 //! tensors from loop-less helper threads to the primary loop's session), so each test
 //! judges only what it created.
 
-use crate::site::Site;
-use crate::tracker::{self, LiveTensor};
+use crate::tracker::{self, LiveTensor, SessionMark};
 use std::fmt::Write as _;
 use tensor_lifetime_report::size::format_bytes;
 use tensor_lifetime_report::Report;
@@ -80,17 +79,22 @@ impl LeakTestOutcome {
     }
 }
 
-fn allowed(site: &Site, allow: &[&str]) -> bool {
-    allow.iter().any(|a| {
-        *a == site.label
-            || *a == site.file
-            || site.file.ends_with(a)
-            || *a == format!("{}:{}", site.file, site.line)
-    })
+/// Whether an `allow` entry names a site: its label, its file (or a suffix of its path),
+/// or `file:line`.
+fn allow_matches(allow: &str, file: &str, line: u32, label: &str) -> bool {
+    allow == label
+        || file.ends_with(allow)
+        || allow
+            .rsplit_once(':')
+            .is_some_and(|(f, l)| f == file && l.parse() == Ok(line))
+}
+
+fn allowed(allow: &[&str], file: &str, line: u32, label: &str) -> bool {
+    allow.iter().any(|a| allow_matches(a, file, line, label))
 }
 
 /// Restores the thread's previous session on every path out (panics included).
-struct SessionGuard((u64, u64));
+struct SessionGuard(SessionMark);
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
@@ -114,24 +118,21 @@ pub fn check_leaks<R>(
     let session = t.new_session();
     t.set_session_judgement(session, options.warmup, options.window);
     let value = {
-        let start = crate::weak::serial_watermark();
-        let _guard = SessionGuard(tracker::set_session((session, start)));
+        let _guard = SessionGuard(tracker::set_session(SessionMark {
+            session,
+            watermark: crate::weak::serial_watermark(),
+        }));
         f()
     };
     let alive: Vec<LiveTensor> = t
         .live(Some(session))
         .into_iter()
-        .filter(|l| !allowed(l.site, options.allow))
+        .filter(|l| !allowed(options.allow, l.site.file, l.site.line, l.site.label))
         .collect();
     let mut report = t.report(Some(session));
-    report.findings.retain(|f| {
-        !options.allow.iter().any(|a| {
-            *a == f.site.label
-                || *a == f.site.file
-                || f.site.file.ends_with(a)
-                || *a == f.site.location()
-        })
-    });
+    report
+        .findings
+        .retain(|f| !allowed(options.allow, &f.site.file, f.site.line, &f.site.label));
     // Tensors still alive from a site that already has a leak finding are in that
     // finding's bytes: count them once.
     let leak_sites: Vec<(&str, u32, &str)> = report
@@ -174,7 +175,7 @@ pub fn assert_no_leaks<R>(f: impl FnOnce() -> R) -> R {
 
 /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.
 #[track_caller]
-pub fn run_leak_test<R>(name: &str, options: LeakTestOptions, f: impl FnOnce() -> R) -> R {
+pub(crate) fn run_leak_test<R>(name: &str, options: LeakTestOptions, f: impl FnOnce() -> R) -> R {
     match check_leaks(options, f) {
         Ok((value, outcome)) => {
             if outcome.failed() {
@@ -183,5 +184,21 @@ pub fn run_leak_test<R>(name: &str, options: LeakTestOptions, f: impl FnOnce() -
             value
         }
         Err(e) => panic!("leak test `{name}` cannot run: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allow_matches;
+
+    #[test]
+    fn allow_entries_name_labels_files_and_lines() {
+        let (file, line, label) = ("src/train.rs", 42, "cache");
+        for yes in ["cache", "src/train.rs", "train.rs", "src/train.rs:42"] {
+            assert!(allow_matches(yes, file, line, label), "{yes}");
+        }
+        for no in ["cach", "src/train.rs:41", "other.rs", "train.rs:x", "ain"] {
+            assert!(!allow_matches(no, file, line, label), "{no}");
+        }
     }
 }

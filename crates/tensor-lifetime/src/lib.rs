@@ -36,6 +36,7 @@
 //! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic reports at the end of each epoch with findings and of the outermost loop |
 //! | `TENSOR_LIFETIME_JSON` | path | the latest report as JSON, rewritten at each report |
 //! | `TENSOR_LIFETIME_LOG` | path | the JSON-lines event log (`docs/event-log.md`), flushed at each iteration end |
+//! | `TENSOR_LIFETIME_MEMORY_EVERY` | iterations, `0`/`off` | the memory monitor's period ([`set_memory_monitor`]) |
 //!
 //! # Features
 //!
@@ -47,20 +48,27 @@
 //! # Modules
 //!
 //! - [`site`](mod@site): static source locations ([`Site`], [`site!`]).
-//! - `weak` (private): weak handles to candle tensors, the one audited `unsafe`.
-//! - `tracker` (private): the registry, loop frames and sweeps.
+//! - `weak` (private): weak handles to candle tensors, the audited layout assumption.
+//! - `compat` (private): what depends on candle-core's version.
+//! - `device` (private): device names and what a device says of its memory.
+//! - `tracker` (private): the registry, loop frames and sweeps (`docs/architecture.md`).
 //! - [`scope`]: loop scopes and iterations as RAII guards.
-//! - [`probe`]: tagging values of any type.
+//! - `probe` (private): tagging values of any type (reached through [`tag!`],
+//!   [`store!`] and the macros).
 //! - [`leak_test`](mod@leak_test): sessions, [`assert_no_leaks`], [`check_leaks`].
 //! - [`memory`]: memory statistics per device ([`memory_stats`], [`memory_summary`],
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
 
+#![deny(unsafe_code)]
+
+mod compat;
 mod config;
+mod device;
 mod error;
 pub mod leak_test;
 pub mod memory;
 mod phase_timing;
-pub mod probe;
+mod probe;
 mod probe_buffer;
 pub mod scope;
 pub mod site;
@@ -132,10 +140,10 @@ pub fn site_totals() -> Vec<(&'static Site, u64, u64)> {
 #[macro_export]
 macro_rules! tag {
     ($value:ident) => {
-        $crate::probe::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, ::core::stringify!($value)))
+        $crate::__private::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, ::core::stringify!($value)))
     };
     ($value:expr, $label:expr) => {
-        $crate::probe::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, $label))
+        $crate::__private::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, $label))
     };
 }
 
@@ -144,7 +152,7 @@ macro_rules! tag {
 #[macro_export]
 macro_rules! store {
     ($value:expr, $receiver:expr) => {
-        $crate::probe::store(&$value, $crate::site!(store $receiver))
+        $crate::__private::store(&$value, $crate::site!(store $receiver))
     };
 }
 
@@ -162,12 +170,18 @@ macro_rules! loop_scope {
 /// What `#[track]` and `#[leak_test]` expand to. Not public API: no stability promise.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::leak_test::{run_leak_test, LeakTestOptions};
+    pub use crate::leak_test::LeakTestOptions;
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
     pub use crate::probe::{store, tag};
     pub use crate::scope::{Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
+
+    /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.
+    #[track_caller]
+    pub fn run_leak_test<R>(name: &str, options: LeakTestOptions, f: impl FnOnce() -> R) -> R {
+        crate::leak_test::run_leak_test(name, options, f)
+    }
 
     /// Opens a loop scope at `site`.
     #[inline]

@@ -2,6 +2,9 @@
 //! Built only with the `phase-timing` feature (a measurement aid for docs/performance.md:
 //! where the tracker's time goes on a given machine); without it every call folds away.
 
+// why: `rdtsc` (the diagnostic timer, only with the `phase-timing` feature).
+#![allow(unsafe_code)]
+
 /// The phases timed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum HotPhase {

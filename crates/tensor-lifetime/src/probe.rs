@@ -7,6 +7,9 @@
 //! known tensor-holding types through [`typeid::of`], which works for non-`'static` types;
 //! a value of any other type costs a few comparisons and is left alone.
 
+// why: a value whose type id is a known tensor-holding type is read as that type.
+#![allow(unsafe_code)]
+
 use crate::site::Site;
 use crate::tracker;
 use candle_core::{Error, Tensor, Var};

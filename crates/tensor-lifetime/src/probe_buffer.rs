@@ -21,6 +21,10 @@
 //!   registry's lock, so no consumer reads it meanwhile. The producer reads the array's
 //!   pointer without the lock: it is the only thread that changes it.
 
+// why: the rings are single-producer buffers of uninitialized slots; each block says
+// which side owns the slot it touches.
+#![allow(unsafe_code)]
+
 use parking_lot::Mutex;
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;

@@ -1,0 +1,180 @@
+//! Who holds the survivors: per site, the summary of a sweep's survivors (counts,
+//! bytes, refcounts, iterations) and their holders, as far as can be known: a store site
+//! seen by the macro, another survivor's autograd graph, a view of a storage another
+//! record owns, or unknown.
+
+use super::observe::Observed;
+use super::sweep::{Claim, Scratch, Survivor};
+use super::{FastMap, Record};
+use crate::weak;
+use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
+
+pub(super) fn summarize_survivors(
+    records: &FastMap<usize, Record>,
+    scratch: &mut Scratch,
+    // `None`: every live storage has a single record, which owns it.
+    claims: Option<&FastMap<usize, Claim>>,
+) {
+    let Scratch {
+        survivors,
+        holders,
+        sites: out,
+        ..
+    } = scratch;
+    if survivors.is_empty() {
+        out.clear();
+        return;
+    }
+    // Graphs (out of line): only survivors that had an op when tagged can hold a graph,
+    // so a sweep without any pays nothing for them.
+    let graphs = survivors
+        .iter()
+        .any(|v| v.has_graph)
+        .then(|| graph_holders(records, survivors));
+    // Per site, in (site, iteration) order so distinct iterations are counted by
+    // change.
+    survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
+    holders.clear();
+    let mut used = 0;
+    let mut last_iteration = None;
+    for r in survivors.iter() {
+        let (site, iteration) = (r.site, r.iteration);
+        if used == 0 || out[used - 1].site != site {
+            if used > 0 {
+                finish_holders(&mut out[used - 1], holders);
+            }
+            let graph = graphs
+                .as_ref()
+                .and_then(|g| g.by_site.get(&site).copied())
+                .unwrap_or_default();
+            if used == out.len() {
+                out.push(SiteSweep::default());
+            }
+            // A slot of an earlier sweep: its holders keep their allocation.
+            let slot = &mut out[used];
+            let kept = std::mem::take(&mut slot.holders);
+            *slot = SiteSweep {
+                site,
+                first_iteration: u64::from(iteration),
+                graph_tensors: graph.tensors,
+                graph_bytes: graph.bytes,
+                holders: kept,
+                ..SiteSweep::default()
+            };
+            used += 1;
+            last_iteration = None;
+        }
+        let a = &mut out[used - 1];
+        a.survivors += 1;
+        if last_iteration != Some(iteration) {
+            a.iterations += 1;
+            last_iteration = Some(iteration);
+        }
+        a.last_iteration = u64::from(iteration);
+        a.refcount = a.refcount.max(u64::from(r.refcount));
+        let claim = claims.map(|c| c.get(&r.storage));
+        let owns = claim.is_none_or(|c| c.is_some_and(|c| c.owner == r.id));
+        if owns {
+            a.bytes += r.storage_bytes;
+            if r.storage_bytes > r.view_bytes {
+                a.view_bytes += r.view_bytes;
+                a.view_storage_bytes += r.storage_bytes;
+            }
+        }
+        let held = graphs.as_ref().and_then(|g| g.held.get(&r.id));
+        let holder = if let Some(root) = held {
+            HolderSpec::Graph { site: *root }
+        } else if r.store != 0 {
+            HolderSpec::Store { site: r.store }
+        } else if !owns {
+            HolderSpec::View {
+                site: claim.flatten().map_or(0, |c| c.owner_site),
+            }
+        } else {
+            HolderSpec::Unknown
+        };
+        match holders.iter_mut().find(|(h, _)| *h == holder) {
+            Some((_, n)) => *n += 1,
+            None => holders.push((holder, 1)),
+        }
+    }
+    if used > 0 {
+        finish_holders(&mut out[used - 1], holders);
+    }
+    out.truncate(used);
+}
+
+/// The autograd graphs among a sweep's survivors.
+#[derive(Default)]
+struct Graphs {
+    /// The root's site of each survivor held by a graph, by record id.
+    held: FastMap<u64, u32>,
+    /// Per root site, the largest graph's size.
+    by_site: FastMap<u32, GraphSize>,
+}
+
+/// The tensors (other than the root) and bytes (each storage once) of a graph.
+#[derive(Debug, Default, Clone, Copy)]
+struct GraphSize {
+    tensors: u64,
+    bytes: u64,
+}
+
+/// Autograd graphs among `survivors`: the newest survivor carrying a graph is a root, and
+/// survivors in its graph are held by it. Returns the holder root's site of each held
+/// survivor (by record id) and, per root site, the largest graph's tensors and bytes.
+#[inline(never)]
+fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Graphs {
+    let mut graphs = Graphs::default();
+    let mut roots: Vec<(usize, &Record)> = survivors
+        .iter()
+        .filter(|v| v.has_graph)
+        .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
+        .collect();
+    roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
+    let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
+    for (own_key, r) in roots {
+        if graphs.held.contains_key(&r.id) {
+            continue;
+        }
+        let Some(t) = r.weak.upgrade() else { continue };
+        let mut storages: FastMap<usize, ()> = FastMap::default();
+        let mut tensors = 0u64;
+        let mut bytes = 0u64;
+        for node in t.sorted_nodes() {
+            if node.is_variable() {
+                continue;
+            }
+            let key = weak::key(node);
+            if key != own_key {
+                tensors += 1;
+                if let Some(held) = by_key.get(&key) {
+                    graphs.held.entry(*held).or_insert(r.site);
+                }
+            }
+            let node_storage = Observed::of(node);
+            if storages.insert(node_storage.storage, ()).is_none() {
+                bytes += node_storage.storage_bytes;
+            }
+        }
+        if tensors > 0 {
+            let g = graphs.by_site.entry(r.site).or_default();
+            g.tensors = g.tensors.max(tensors);
+            g.bytes = g.bytes.max(bytes);
+        }
+    }
+    graphs
+}
+
+/// Moves the counted holders into a site's summary: the 4 most frequent.
+#[inline]
+fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
+    if holders.len() > 1 {
+        holders.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    }
+    site.holders.clear();
+    for &(holder, count) in holders.iter().take(4) {
+        site.holders.push(HolderCount { holder, count });
+    }
+    holders.clear();
+}

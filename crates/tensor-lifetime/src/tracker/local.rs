@@ -1,0 +1,83 @@
+//! The per-thread state: the thread's probe ring, its open loops and its leak-test
+//! session. Only its own thread touches it (no lock); the tracker's global state is
+//! reached from here only through the ring's drain.
+
+use super::ingest::Pending;
+use super::started;
+use crate::probe_buffer::Producer;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A loop open on this thread.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OpenLoop {
+    pub(super) frame: u64,
+    /// The current iteration (or the next, between an iteration's end and the next
+    /// one's start).
+    pub(super) iteration: u64,
+    /// Creation watermark: tensors with a smaller creation serial existed before the
+    /// loop opened, so they were not born in it.
+    pub(super) watermark: u64,
+}
+
+/// A thread's leak-test session and the creation watermark when it began (tensors
+/// created before it are not the session's). Session 0: none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SessionMark {
+    pub(crate) session: u64,
+    pub(crate) watermark: u64,
+}
+
+pub(super) struct Local {
+    pub(super) buf: Producer<Pending>,
+    /// Open loops on this thread, outermost first.
+    pub(super) stack: RefCell<Vec<OpenLoop>>,
+    pub(super) session: Cell<SessionMark>,
+    pub(super) thread: u64,
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    pub(super) static LOCAL: Local = {
+        let buf = match started() {
+            Some(t) => {
+                let (buf, before) = t.buffers.register();
+                if before > 0 {
+                    // From now on probes take a global order (see `Tracker::probe`).
+                    t.threaded.store(true, Ordering::Relaxed);
+                }
+                buf
+            }
+            None => Producer::unregistered(),
+        };
+        Local {
+            buf,
+            stack: RefCell::new(Vec::new()),
+            session: Cell::new(SessionMark::default()),
+            thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),
+        }
+    };
+}
+
+/// Sets this thread's session (leak tests); returns the previous one.
+pub(crate) fn set_session(session: SessionMark) -> SessionMark {
+    LOCAL
+        .try_with(|l| l.session.replace(session))
+        .unwrap_or_default()
+}
+
+/// Sets this thread's iteration of `frame` (the innermost open loop of that frame).
+pub(super) fn set_iteration(frame: u64, iteration: u64) {
+    let _ = LOCAL.try_with(|l| {
+        if let Some(open) = l
+            .stack
+            .borrow_mut()
+            .iter_mut()
+            .rev()
+            .find(|f| f.frame == frame)
+        {
+            open.iteration = iteration;
+        }
+    });
+}

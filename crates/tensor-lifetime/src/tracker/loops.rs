@@ -1,0 +1,319 @@
+//! Loop frames and leak-test sessions: opening a loop, its iterations' starts and ends
+//! (the end is where the sweep and the analysis run), closing it, and the primary loop
+//! that threads without a loop of their own (data loaders) lend their tensors to.
+
+use super::local::{set_iteration, OpenLoop, LOCAL};
+use super::output::PrintedFinding;
+use super::sweep::trim_vec;
+use super::{State, Tracker};
+use crate::phase_timing::{timed, HotPhase};
+use crate::site::Site;
+use crate::weak;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use tensor_lifetime_report::event::Event;
+
+/// An open loop frame, as the global state knows it.
+#[derive(Debug)]
+pub(super) struct FrameState {
+    /// The enclosing loop's frame and its iteration when this one opened.
+    pub(super) parent: Option<(u64, u64)>,
+    pub(super) site: &'static Site,
+    pub(super) started: Instant,
+    /// The findings printed last (outermost frames): a report is printed when they
+    /// change.
+    pub(super) printed: Vec<PrintedFinding>,
+}
+
+/// A leak-test session's overrides of the leak rule.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct SessionJudgement {
+    pub(super) warmup: Option<u64>,
+    pub(super) window: Option<u64>,
+}
+
+/// The primary loop: the first outermost loop opened, while it stays open. Tensors born
+/// on threads with no loop of their own belong to its current iteration.
+#[derive(Debug, Default)]
+pub(super) struct PrimaryLoop {
+    /// 0: none open.
+    frame: AtomicU64,
+    iteration: AtomicU64,
+    session: AtomicU64,
+    watermark: AtomicU64,
+}
+
+/// Where a probed tensor was born: its loop frame (0: outside any loop), iteration and
+/// session.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Birth {
+    pub(super) frame: u64,
+    pub(super) iteration: u64,
+    pub(super) session: u64,
+}
+
+impl Birth {
+    pub(super) fn of(open: &OpenLoop, session: u64) -> Birth {
+        Birth {
+            frame: open.frame,
+            iteration: open.iteration,
+            session,
+        }
+    }
+
+    pub(super) fn outside(session: u64) -> Birth {
+        Birth {
+            frame: 0,
+            iteration: 0,
+            session,
+        }
+    }
+}
+
+impl PrimaryLoop {
+    /// The birth of a tensor (creation serial `serial`) probed on a thread with no open
+    /// loop, in leak session `session` (0: none).
+    #[inline]
+    pub(super) fn birth(&self, serial: u64, session: u64) -> Birth {
+        let frame = self.frame.load(Ordering::Acquire);
+        let primary_session = self.session.load(Ordering::Relaxed);
+        // A thread in a leak session of its own (a parallel leak test whose code runs no
+        // loop) is not a loader of another session's loop: its tensors are not summarized
+        // there (tests/tests/reliability_sessions.rs).
+        if frame == 0
+            || serial < self.watermark.load(Ordering::Relaxed)
+            || (session != 0 && session != primary_session)
+        {
+            return Birth::outside(session);
+        }
+        Birth {
+            frame,
+            iteration: self.iteration.load(Ordering::Relaxed),
+            session: if session == 0 {
+                primary_session
+            } else {
+                session
+            },
+        }
+    }
+
+    /// Becomes `frame` if no primary loop is open.
+    fn open(&self, frame: u64, session: u64, watermark: u64) {
+        if self
+            .frame
+            .compare_exchange(0, frame, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.iteration.store(0, Ordering::Relaxed);
+            self.session.store(session, Ordering::Relaxed);
+            self.watermark.store(watermark, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn set_iteration(&self, frame: u64, iteration: u64) {
+        if self.frame.load(Ordering::Relaxed) == frame {
+            self.iteration.store(iteration, Ordering::Relaxed);
+        }
+    }
+
+    fn close(&self, frame: u64) {
+        if self
+            .frame
+            .compare_exchange(frame, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.iteration.store(0, Ordering::Relaxed);
+            self.session.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Tracker {
+    pub(crate) fn new_session(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Warm-up and window overrides for the loops of a session.
+    pub(crate) fn set_session_judgement(
+        &self,
+        session: u64,
+        warmup: Option<u64>,
+        window: Option<u64>,
+    ) {
+        if warmup.is_some() || window.is_some() {
+            self.session_judgement
+                .lock()
+                .insert(session, SessionJudgement { warmup, window });
+        }
+    }
+
+    /// Opens a loop frame on this thread: its id, and whether it is outermost there.
+    pub(crate) fn open_loop(&'static self, site: &'static Site) -> (u64, bool) {
+        let frame = self.next_frame.fetch_add(1, Ordering::Relaxed);
+        let watermark = weak::serial_watermark();
+        let (parent, session, thread) = LOCAL
+            .try_with(|l| {
+                let mut stack = l.stack.borrow_mut();
+                let parent = stack.last().map(|open| (open.frame, open.iteration));
+                stack.push(OpenLoop {
+                    frame,
+                    iteration: 0,
+                    watermark,
+                });
+                (parent, l.session.get().session, l.thread)
+            })
+            .unwrap_or((None, 0, 0));
+        if parent.is_none() {
+            self.primary.open(frame, session, watermark);
+        }
+        let now = Instant::now();
+        let t_ns = self.now_ns();
+        let judgement = self
+            .session_judgement
+            .lock()
+            .get(&session)
+            .copied()
+            .unwrap_or_default();
+        let mut st = self.state.lock();
+        let site_id = st.site_id(site);
+        st.frames.insert(
+            frame,
+            FrameState {
+                parent,
+                site,
+                started: now,
+                printed: Vec::new(),
+            },
+        );
+        let name = if site.label.is_empty() {
+            site.location()
+        } else {
+            site.label.to_string()
+        };
+        st.emit(Event::LoopStart {
+            t_ns,
+            frame,
+            site: site_id,
+            name,
+            parent: parent.map(|p| p.0),
+            parent_iteration: parent.map(|p| p.1),
+            thread,
+            session,
+            warmup: judgement.warmup,
+            window: judgement.window,
+        });
+        (frame, parent.is_none())
+    }
+
+    /// Marks the start of iteration `iteration` of `frame` on this thread; returns its
+    /// start time for the event log ([`Tracker::stamp`]).
+    pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) -> u64 {
+        timed(HotPhase::BeginIteration, || {
+            set_iteration(frame, iteration);
+            self.primary.set_iteration(frame, iteration);
+            self.stamp()
+        })
+    }
+
+    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    pub(crate) fn end_iteration(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+    ) {
+        timed(HotPhase::EndIteration, || {
+            set_iteration(frame, iteration + 1);
+            self.primary.set_iteration(frame, iteration + 1);
+            let mut st = self.state.lock();
+            timed(HotPhase::Drain, || self.drain(&mut st));
+            let t_ns = self.stamp();
+            let sweep = timed(HotPhase::Sweep, || st.sweep(Some(frame), t_ns, self.timed));
+            let duration_ns = t_ns.saturating_sub(started_ns);
+            self.monitor_tick(&mut st, t_ns);
+            timed(HotPhase::Analysis, || {
+                if st.log.is_some() {
+                    // The summaries go into the event and come back to the scratch
+                    // buffers, which keep their allocations for the next sweep.
+                    let event = Event::IterationEnd {
+                        t_ns,
+                        frame,
+                        iteration,
+                        duration_ns,
+                        live_tensors: sweep.live_tensors,
+                        live_bytes: sweep.live_bytes,
+                        sites: std::mem::take(&mut st.scratch.sites),
+                    };
+                    st.emit_ref(&event);
+                    if let Event::IterationEnd { sites, .. } = event {
+                        st.scratch.sites = sites;
+                    }
+                    st.flush_log();
+                } else {
+                    let State {
+                        analysis, scratch, ..
+                    } = &mut *st;
+                    analysis.note_iteration_end(
+                        frame,
+                        iteration,
+                        sweep.live_tensors,
+                        sweep.live_bytes,
+                        &scratch.sites,
+                    );
+                }
+            });
+            trim_vec(&mut st.scratch.sites);
+            if outermost {
+                self.auto_report(&mut st, frame, iteration, false);
+            }
+        });
+    }
+
+    /// Closes `frame` (every path out of the loop).
+    pub(crate) fn close_loop(&'static self, frame: u64, iterations: u64) {
+        let _ = LOCAL.try_with(|l| {
+            let mut stack = l.stack.borrow_mut();
+            if let Some(pos) = stack.iter().rposition(|open| open.frame == frame) {
+                stack.truncate(pos);
+            }
+        });
+        self.primary.close(frame);
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let parent = st.frames.get(&frame).and_then(|f| f.parent);
+        // Survivors of a nested loop now belong to the enclosing iteration.
+        let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
+        for r in st.records.values_mut() {
+            if r.frame() == frame {
+                r.frame = new_frame as u32;
+                r.iteration = new_iteration as u32;
+            }
+        }
+        let t_ns = self.now_ns();
+        st.emit(Event::LoopEnd {
+            t_ns,
+            frame,
+            iterations,
+        });
+        st.flush_log();
+        if parent.is_none() {
+            self.auto_report(&mut st, frame, iterations, true);
+        }
+        st.frames.remove(&frame);
+    }
+}
+
+impl State {
+    /// `'epoch (file:line)`, or `at file:line` for a loop without a label.
+    pub(super) fn frame_label(&self, frame: u64) -> String {
+        match self.frames.get(&frame) {
+            Some(f) if !f.site.label.is_empty() => {
+                format!("{} ({})", f.site.label, f.site.location())
+            }
+            Some(f) => format!("at {}", f.site.location()),
+            None => "?".to_string(),
+        }
+    }
+}

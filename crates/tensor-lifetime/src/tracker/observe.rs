@@ -1,0 +1,64 @@
+//! What the tracker reads of a tensor, and when. Reading the storage takes its lock, so
+//! a probe reads only the shape (its own bytes); the storage and the rest are read at the
+//! drain for the tensors still alive then (the only ones that get a record), or at the
+//! probe when an event log is written (a birth's event carries them).
+
+use crate::compat::storage_bytes;
+use crate::device::DeviceId;
+use candle_core::{Storage, Tensor};
+
+/// A tensor's storage: its identity (address) and its whole size.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Observed {
+    pub(super) storage: usize,
+    pub(super) storage_bytes: u64,
+}
+
+/// A tensor's own bytes: its elements times their size (no lock).
+#[inline]
+pub(super) fn own_bytes(t: &Tensor) -> u64 {
+    // The product of the dims inline (candle's `elem_count` is out of line).
+    (t.dims().iter().product::<usize>() * t.dtype().size_in_bytes()) as u64
+}
+
+impl Observed {
+    /// Takes the storage's read lock, so a probe reads it only when an event log is
+    /// written; otherwise the drain reads it from the tensors still alive, the only ones
+    /// that get a record.
+    #[inline]
+    pub(super) fn of(t: &Tensor) -> Observed {
+        let (guard, _) = t.storage_and_layout();
+        let storage = &*guard as *const Storage as usize;
+        let bytes = storage_bytes(&guard);
+        drop(guard);
+        Observed {
+            storage,
+            storage_bytes: bytes.unwrap_or_else(|| own_bytes(t)),
+        }
+    }
+}
+
+/// What a record keeps of a tensor besides its storage. None of it changes in a tensor's
+/// life, so a probe reads it only when an event log is written (a birth's event carries
+/// it even for a tensor dropped before the drain); otherwise the drain reads it from the
+/// tensors still alive, the only ones that get a record.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View {
+    pub(super) view_bytes: u64,
+    pub(super) device: DeviceId,
+    /// It had an autograd op (ops never change afterwards).
+    pub(super) has_graph: bool,
+    pub(super) dtype: candle_core::DType,
+}
+
+impl View {
+    #[inline]
+    pub(super) fn of(t: &Tensor) -> View {
+        View {
+            view_bytes: own_bytes(t),
+            device: DeviceId::of_location(t.device().location()),
+            has_graph: t.track_op() && !t.is_variable(),
+            dtype: t.dtype(),
+        }
+    }
+}
