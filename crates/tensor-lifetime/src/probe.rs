@@ -5,7 +5,9 @@
 //! (`let ids = iter.collect();`), so the probes are plain generic functions with no bound
 //! but `?Sized`: they add no constraint. Inside, the value's type is compared with the
 //! known tensor-holding types through [`typeid::of`], which works for non-`'static` types;
-//! a value of any other type costs a few comparisons and is left alone.
+//! a value of any other type costs a few comparisons and is left alone (its type name's
+//! end is compared too: a tensor of another candle-core is reported once, see
+//! [`crate::compat`]).
 
 // why: a value whose type id is a known tensor-holding type is read as that type.
 #![allow(unsafe_code)]
@@ -104,6 +106,8 @@ fn visit<T: ?Sized>(value: &T, f: &mut dyn FnMut(&Tensor)) {
         BTreeMap<usize, Tensor> => |v| v.values().for_each(|t| f(t));
         BTreeMap<u64, Tensor> => |v| v.values().for_each(|t| f(t));
     }
+    // None of ours: a tensor of another candle-core is said once, loudly.
+    crate::compat::check_unknown(std::any::type_name::<T>());
 }
 
 #[cfg(test)]

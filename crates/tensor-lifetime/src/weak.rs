@@ -5,10 +5,11 @@
 //! alive and how many strong references it has, without keeping it (or its storage)
 //! alive. This module reinterprets a `&Tensor` as a `&Arc<Tensor_>` and downgrades it.
 //!
-//! # Why this is sound for the pinned versions
+//! # Why this is sound for the supported versions
 //!
-//! - candle-core `>=0.11.1, <0.12` (pinned in the workspace `Cargo.toml`) defines
-//!   `Tensor` as a tuple struct whose only field is `Arc<Tensor_>`. A struct with a single
+//! - Every candle-core in `>=0.8, <0.12` (the workspace `Cargo.toml`'s requirement; read
+//!   in 0.8.4, 0.9.1, 0.9.2, 0.10.2 and 0.11.1, and run by `cargo xtask candle-matrix`)
+//!   defines `Tensor` as a tuple struct whose only field is `Arc<Tensor_>`. A struct with a single
 //!   non-zero-sized field has that field's size and alignment, and the field sits at
 //!   offset 0 (there is nothing else to place); the compile-time assertions below check
 //!   the size and alignment, and [`self_test`] checks at start-up that the reinterpreted
@@ -24,8 +25,9 @@
 //! - If the self-test fails (a candle release changed the layout), [`self_test`] returns an
 //!   error and the tracker refuses to start; it never guesses.
 //! - This module's unit tests (`self_test_passes_on_the_pinned_candle` and the next ones)
-//!   run the same checks on the candle in `Cargo.lock`, so a layout change fails CI
-//!   before it reaches users.
+//!   run the same checks on the candle in `Cargo.lock`, and `cargo xtask candle-matrix`
+//!   runs them on each supported release, so a layout change fails CI before it reaches
+//!   users.
 
 // why: reinterpreting `&Tensor` as `&Arc<Tensor_>` is this module's purpose; the
 // argument is above and checked at start-up.
@@ -38,7 +40,8 @@ use std::sync::{Arc, Weak};
 /// candle's private `Tensor_`, named through `Deref`.
 pub(crate) type Inner = <Tensor as Deref>::Target;
 
-// Compile-time layout checks: `Tensor` must be exactly an `Arc<Tensor_>`.
+// Compile-time layout checks, made on whichever candle-core this build resolved: `Tensor`
+// must be exactly an `Arc<Tensor_>`.
 const _: () = assert!(std::mem::size_of::<Tensor>() == std::mem::size_of::<Arc<Inner>>());
 const _: () = assert!(std::mem::align_of::<Tensor>() == std::mem::align_of::<Arc<Inner>>());
 
@@ -160,8 +163,8 @@ fn check_layout(as_arc: fn(&Tensor) -> &Arc<Inner>) -> Result<(), LayoutMismatch
     let fail = |what: &str| {
         Err(LayoutMismatch(format!(
             "candle-core's Tensor layout is not the one this tensor-lifetime build was \
-             checked against ({what}); tracking needs candle-core {}",
-            candle_version()
+             checked against ({what}); this build uses {}",
+            crate::compat::candle_version()
         )))
     };
     let t = Tensor::zeros(4, candle_core::DType::F32, &Device::Cpu)
@@ -205,11 +208,6 @@ fn check_layout(as_arc: fn(&Tensor) -> &Arc<Inner>) -> Result<(), LayoutMismatch
     Ok(())
 }
 
-/// The candle-core versions this crate was checked against.
-pub(crate) fn candle_version() -> &'static str {
-    ">=0.11.1, <0.12"
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,7 +234,11 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("does not point at the tensor"), "{err}");
-        assert!(err.contains(">=0.11.1, <0.12"), "{err}");
+        assert!(err.contains("supports >=0.8, <0.12"), "{err}");
+        assert!(
+            err.contains(&format!("candle-core {}", crate::compat::BUILT_WITH)),
+            "{err}"
+        );
     }
 
     #[test]
