@@ -4,6 +4,7 @@
 //! non-zero exit (anyhow's `Result` from `main`).
 
 mod bench;
+mod candle_matrix;
 mod cuda_toolkit;
 mod gpu_build;
 mod util;
@@ -37,6 +38,12 @@ tasks:
       callgrind on the tracked and the plain loop at 2 and 6 steps, tracked minus plain
       per function, without the math and random-number functions whose counts depend on
       the run's random values. Prints the total and the N costliest functions (25).
+  candle-matrix [--only VERSION]... [--no-patch] [--update-locks]
+      For each supported candle-core release (0.8.4, 0.9.1, 0.10.2, 0.11.1), with its own
+      lockfile (xtask/candle-matrix/VERSION.lock) in a copy of the workspace under
+      target/candle-matrix/VERSION: build the library crates, run the tracker's tests and
+      the four CPU examples' checks; then the same with a path copy of candle-core 0.9.1
+      used through [patch.crates-io]. Prints a table. CI runs `--only 0.8.4`.
   help
       This text.
 ";
@@ -52,6 +59,7 @@ fn main() -> Result<()> {
         "cuda-toolkit" => cuda_toolkit::run(&rest),
         "gpu-build" => gpu_build::run(&rest),
         "bench" => bench::run(&rest),
+        "candle-matrix" => candle_matrix::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
