@@ -129,12 +129,18 @@ fn ensure_lock(version: &str, ws: &Path, update: bool) -> Result<()> {
         return Ok(());
     }
     eprintln!("making {}", lock.display());
+    fs::create_dir_all(lock.parent().expect("a folder"))?;
     fs::copy(util::root().join("Cargo.lock"), ws.join("Cargo.lock"))?;
     let cargo = |args: &[&str]| {
         let mut c = Command::new("cargo");
         c.args(args).current_dir(ws);
         run_cmd(&mut c)
     };
+    if candle_versions(&fs::read_to_string(ws.join("Cargo.lock"))?) == [version] {
+        // The workspace's own release: its lockfile as it is.
+        fs::copy(ws.join("Cargo.lock"), &lock)?;
+        return Ok(());
+    }
     cargo(&["update", "-p", "candle-nn", "--precise", version])?;
     // candle-nn's release pins its candle-core; the workspace's requirement may still be
     // met by the old one, so bring every other candle-core to the same release.
@@ -144,7 +150,6 @@ fn ensure_lock(version: &str, ws: &Path, update: bool) -> Result<()> {
             cargo(&["update", "-p", &spec, "--precise", version])?;
         }
     }
-    fs::create_dir_all(lock.parent().expect("a folder"))?;
     fs::copy(ws.join("Cargo.lock"), &lock)?;
     Ok(())
 }
@@ -161,11 +166,20 @@ fn candle_versions(lock: &str) -> Vec<String> {
         .collect()
 }
 
-fn check_release(version: &str, update_locks: bool) -> Result<Row> {
-    let dir = matrix_dir().join(version);
-    let ws = dir.join("ws");
+/// The workspace copy of a release, with its lockfile, ready to build in.
+pub fn prepare_workspace(version: &str, update_locks: bool) -> Result<PathBuf> {
+    if !VERSIONS.contains(&version) {
+        bail!("candle-core {version} is not one of {VERSIONS:?}");
+    }
+    let ws = matrix_dir().join(version).join("ws");
     copy_workspace(&ws)?;
     ensure_lock(version, &ws, update_locks)?;
+    Ok(ws)
+}
+
+fn check_release(version: &str, update_locks: bool) -> Result<Row> {
+    let dir = matrix_dir().join(version);
+    let ws = prepare_workspace(version, update_locks)?;
     Ok(check(
         format!("{version} (crates.io)"),
         &ws,

@@ -12,6 +12,12 @@
 //!
 //! The stubs need the rlibs, so this task generates them only when a CUDA build has
 //! compiled them; `cargo xtask gpu-build` always regenerates them before linking.
+//!
+//! `--candle VERSION` picks the toolkit that candle release's cudarc accepts (its
+//! `cuda-version-from-build-system` reads nvcc's version and refuses any it does not
+//! know): CUDA 12.8 for candle 0.8 (cudarc 0.13 knows up to 12.8) and 0.9.0/0.9.1 (cudarc
+//! 0.16, up to 12.9), CUDA 13.0 from 0.9.2. The 12.x wheels unpack into one folder per
+//! component, so their files are copied into one toolkit root.
 
 use crate::util::{self, run_cmd};
 use anyhow::{bail, Context, Result};
@@ -20,14 +26,58 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The wheels, pinned: the versions of the verified recipe (docs/gpu.md).
-pub const WHEELS: &[&str] = &[
-    "nvidia-cuda-nvcc==13.0.88",
-    "nvidia-nvvm==13.0.88",
-    "nvidia-cuda-runtime==13.0.96",
-    "nvidia-cuda-crt==13.0.88",
-    "nvidia-cuda-cccl==13.0.85",
-];
+/// A CUDA toolkit release: its pinned wheels and where they unpack.
+#[derive(Debug)]
+pub struct CudaRelease {
+    pub name: &'static str,
+    wheels: &'static [&'static str],
+    /// Folders under `site/nvidia` that make the toolkit root: one is used as it is,
+    /// several are copied into `home/`.
+    parts: &'static [&'static str],
+    /// The major version in the sonames of nvrtc and cuBLAS.
+    soname_major: &'static str,
+}
+
+/// The verified recipe (docs/gpu.md): matches the GPU host's driver (580).
+pub const CUDA_13_0: CudaRelease = CudaRelease {
+    name: "13.0",
+    wheels: &[
+        "nvidia-cuda-nvcc==13.0.88",
+        "nvidia-nvvm==13.0.88",
+        "nvidia-cuda-runtime==13.0.96",
+        "nvidia-cuda-crt==13.0.88",
+        "nvidia-cuda-cccl==13.0.85",
+    ],
+    parts: &["cu13"],
+    soname_major: "13",
+};
+
+/// For the candle releases whose cudarc predates CUDA 13 (driver 580 runs 12.x too).
+pub const CUDA_12_8: CudaRelease = CudaRelease {
+    name: "12.8",
+    wheels: &[
+        "nvidia-cuda-nvcc-cu12==12.8.93",
+        "nvidia-cuda-runtime-cu12==12.8.90",
+        "nvidia-cuda-cccl-cu12==12.8.90",
+    ],
+    parts: &["cuda_nvcc", "cuda_runtime", "cuda_cccl"],
+    soname_major: "12",
+};
+
+/// The toolkit a candle-core release builds with.
+pub fn release_for_candle(candle: &str) -> &'static CudaRelease {
+    let mut parts = candle.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor, patch) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    if major == 0 && (minor < 9 || (minor == 9 && patch < 2)) {
+        &CUDA_12_8
+    } else {
+        &CUDA_13_0
+    }
+}
 
 /// The compute capability candle's kernels are built for (H100/H200).
 pub const COMPUTE_CAP: &str = "90";
@@ -36,8 +86,15 @@ pub const COMPUTE_CAP: &str = "90";
 /// binary will ask the loader for on the GPU host), and which symbols belong to it.
 struct Stub {
     link_name: &'static str,
+    /// The soname; `{}` is the toolkit's major version.
     soname: &'static str,
     owns: fn(&str) -> bool,
+}
+
+impl Stub {
+    fn soname(&self, release: &CudaRelease) -> String {
+        self.soname.replace("{}", release.soname_major)
+    }
 }
 
 const STUBS: &[Stub] = &[
@@ -49,17 +106,17 @@ const STUBS: &[Stub] = &[
     },
     Stub {
         link_name: "nvrtc",
-        soname: "libnvrtc.so.13",
+        soname: "libnvrtc.so.{}",
         owns: |s| s.starts_with("nvrtc"),
     },
     Stub {
         link_name: "cublasLt",
-        soname: "libcublasLt.so.13",
+        soname: "libcublasLt.so.{}",
         owns: |s| s.starts_with("cublasLt"),
     },
     Stub {
         link_name: "cublas",
-        soname: "libcublas.so.13",
+        soname: "libcublas.so.{}",
         owns: |s| s.starts_with("cublas") && !s.starts_with("cublasLt"),
     },
     Stub {
@@ -72,9 +129,10 @@ const STUBS: &[Stub] = &[
 /// Where things are.
 #[derive(Debug, Clone)]
 pub struct Toolkit {
-    /// `target/cuda-toolkit`.
+    pub release: &'static CudaRelease,
+    /// `target/cuda-toolkit` (13.0) or `target/cuda-toolkit-12.8`.
     pub dir: PathBuf,
-    /// The toolkit root (`CUDA_HOME`): `site/nvidia/cu13`.
+    /// The toolkit root (`CUDA_HOME`): `site/nvidia/cu13`, or `home` for a split one.
     pub home: PathBuf,
     /// The stub libraries (put on `LIBRARY_PATH` when linking).
     pub stubs: PathBuf,
@@ -83,13 +141,30 @@ pub struct Toolkit {
 }
 
 impl Toolkit {
-    pub fn new() -> Toolkit {
+    /// The toolkit of the workspace's own candle (CUDA 13.0, `target/cuda`), or of the
+    /// given candle release (its toolkit; `target/cuda-VERSION`).
+    pub fn new(candle: Option<&str>) -> Toolkit {
         let root = util::root();
-        let dir = root.join("target/cuda-toolkit");
+        let release = candle.map_or(&CUDA_13_0, release_for_candle);
+        let dir = match release.name {
+            "13.0" => root.join("target/cuda-toolkit"),
+            other => root.join(format!("target/cuda-toolkit-{other}")),
+        };
+        let target_dir = match candle {
+            None => root.join("target/cuda"),
+            Some(v) => root.join(format!("target/cuda-{v}")),
+        };
         Toolkit {
-            home: dir.join("site/nvidia/cu13"),
-            stubs: dir.join("stubs"),
-            target_dir: root.join("target/cuda"),
+            release,
+            home: match release.parts {
+                [one] => dir.join("site/nvidia").join(one),
+                _ => dir.join("home"),
+            },
+            stubs: match candle {
+                None => dir.join("stubs"),
+                Some(_) => target_dir.join("link-stubs"),
+            },
+            target_dir,
             dir,
         }
     }
@@ -104,7 +179,7 @@ impl Toolkit {
 
     /// Installed with the pinned wheels (the marker lists them) and nvcc is there.
     pub fn is_installed(&self) -> bool {
-        let wanted = WHEELS.join("\n");
+        let wanted = self.release.wheels.join("\n");
         fs::read_to_string(self.marker()).is_ok_and(|m| m.trim() == wanted) && self.nvcc().exists()
     }
 
@@ -121,23 +196,49 @@ impl Toolkit {
                 Command::new("python3")
                     .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
                     .arg(&site)
-                    .args(WHEELS),
+                    .args(self.release.wheels),
             )
             .context("pip could not install the CUDA wheels")?;
-            if !self.nvcc().exists() {
+            if !self.nvcc().exists() && self.release.parts.len() == 1 {
                 bail!(
                     "the wheels installed but {} is missing: did the wheels' layout change?",
                     self.nvcc().display()
                 );
             }
-            fs::write(self.marker(), WHEELS.join("\n") + "\n")?;
+            if self.release.parts.len() > 1 {
+                self.merge_parts(&site)?;
+            }
+            fs::write(self.marker(), self.release.wheels.join("\n") + "\n")?;
         } else {
             eprintln!("CUDA toolkit already installed in {}", self.home.display());
         }
         let link = self.home.join("lib/libcudart.so");
         if fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink("libcudart.so.13", &link)
+            let real = format!("libcudart.so.{}", self.release.soname_major);
+            std::os::unix::fs::symlink(real, &link)
                 .with_context(|| format!("cannot create {}", link.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Copies the components' folders into one toolkit root (nvcc finds its headers and
+    /// nvvm relative to its own real path, so links would not do).
+    fn merge_parts(&self, site: &Path) -> Result<()> {
+        fs::create_dir_all(&self.home)?;
+        for part in self.release.parts {
+            let from = site.join("nvidia").join(part);
+            let mut cp = Command::new("cp");
+            cp.arg("-r")
+                .arg(format!("{}/.", from.display()))
+                .arg(&self.home);
+            run_cmd(&mut cp).with_context(|| format!("cannot merge {}", from.display()))?;
+        }
+        if !self.nvcc().exists() {
+            bail!(
+                "the CUDA {} wheels installed but {} is missing: did the wheels' layout change?",
+                self.release.name,
+                self.nvcc().display()
+            );
         }
         Ok(())
     }
@@ -227,7 +328,7 @@ impl Toolkit {
             counts.insert(stub.link_name, owned.len());
             let mut c = format!(
                 "/* Link-time stub of {}: generated by `cargo xtask cuda-toolkit` from the\n   undefined symbols of the CUDA rlibs. Never run: the real library is loaded\n   on the GPU host. */\n",
-                stub.soname
+                stub.soname(self.release)
             );
             for s in &owned {
                 c.push_str(&format!("void {s}(void) {{}}\n"));
@@ -243,7 +344,7 @@ impl Toolkit {
                     .args(["-shared", "-fPIC", "-o"])
                     .arg(&lib)
                     .arg(&src)
-                    .arg(format!("-Wl,-soname,{}", stub.soname)),
+                    .arg(format!("-Wl,-soname,{}", stub.soname(self.release))),
             )
             .with_context(|| format!("cannot build the stub lib{}.so", stub.link_name))?;
         }
@@ -276,13 +377,17 @@ pub fn undefined_references(linker_output: &str) -> BTreeSet<String> {
 
 pub fn run(args: &[String]) -> Result<()> {
     let mut force = false;
-    for a in args {
+    let mut candle = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "--force" => force = true,
+            "--candle" => candle = Some(util::flag_value(a, &mut it)?),
             other => bail!("cuda-toolkit: unknown option `{other}`"),
         }
     }
-    let tk = Toolkit::new();
+    let tk = Toolkit::new(candle.as_deref());
+    eprintln!("CUDA {} toolkit in {}", tk.release.name, tk.dir.display());
     tk.ensure_installed(force)?;
     if tk.target_dir.join("release/deps").is_dir() {
         let counts = tk.generate_stubs()?;
@@ -323,6 +428,18 @@ mod tests {
         assert!(owner("cudaMalloc").is_empty());
         assert!(owner("memcpy").is_empty());
         assert!(owner("cu").is_empty());
+    }
+
+    #[test]
+    fn each_candle_gets_a_toolkit_its_cudarc_knows() {
+        assert_eq!(release_for_candle("0.8.4").name, "12.8");
+        assert_eq!(release_for_candle("0.9.1").name, "12.8");
+        assert_eq!(release_for_candle("0.9.2").name, "13.0");
+        assert_eq!(release_for_candle("0.10.2").name, "13.0");
+        assert_eq!(release_for_candle("0.11.1").name, "13.0");
+        assert_eq!(STUBS[1].soname(&CUDA_12_8), "libnvrtc.so.12");
+        assert_eq!(STUBS[1].soname(&CUDA_13_0), "libnvrtc.so.13");
+        assert_eq!(STUBS[4].soname(&CUDA_13_0), "libcurand.so.10");
     }
 
     #[test]

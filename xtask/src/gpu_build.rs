@@ -9,6 +9,10 @@
 //! 5. each binary stripped and gzip-compressed into `gpu-bin/` (git-ignored), beside
 //!    `gpu-bin/run.sh`, which unpacks and runs one on the GPU host. Compressed, because a
 //!    stripped binary with candle's kernels is ~48 MB and the device tool carries 64 MiB.
+//!
+//! `--candle VERSION` builds against another supported candle release: its toolkit
+//! (`cuda-toolkit --candle`), its lockfile in the candle-matrix copy of the workspace, its
+//! own target directory (`target/cuda-VERSION`); binaries are named `NAME-candle-VERSION`.
 
 use crate::cuda_toolkit::{undefined_references, Toolkit};
 use crate::util::{self, flag_value, run_cmd, show};
@@ -118,9 +122,9 @@ fn package_name(manifest: &Path) -> Result<String> {
     bail!("no [package] name in {}", manifest.display())
 }
 
-fn cargo(tk: &Toolkit) -> Command {
+fn cargo(tk: &Toolkit, workspace: &Path) -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.current_dir(util::root());
+    cmd.current_dir(workspace);
     for (k, v) in tk.env() {
         cmd.env(k, v);
     }
@@ -134,10 +138,11 @@ fn cargo(tk: &Toolkit) -> Command {
 /// linker's output on failure.
 fn build_binaries(
     tk: &Toolkit,
+    workspace: &Path,
     package: &str,
     targets: &[&Target],
 ) -> Result<Result<BTreeMap<String, PathBuf>, String>> {
-    let mut cmd = cargo(tk);
+    let mut cmd = cargo(tk, workspace);
     cmd.args(["build", "--release", "-p", package, "--features", "cuda"])
         .arg("--message-format=json-render-diagnostics");
     for t in targets {
@@ -220,6 +225,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let root = util::root();
     let mut chosen: Vec<Target> = Vec::new();
     let mut all_examples = false;
+    let mut candle: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -239,6 +245,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 chosen.push(t);
             }
             "--all-examples" => all_examples = true,
+            "--candle" => candle = Some(flag_value(a, &mut it)?),
             other => bail!("gpu-build: unknown option `{other}`"),
         }
     }
@@ -265,8 +272,18 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
 
-    let tk = Toolkit::new();
+    let tk = Toolkit::new(candle.as_deref());
     tk.ensure_installed(false)?;
+    // Another candle release builds in its own copy of the workspace, with its lockfile
+    // (the candle-matrix copy), so the workspace's Cargo.lock is left alone.
+    let workspace = match &candle {
+        Some(v) => crate::candle_matrix::prepare_workspace(v, false)?,
+        None => root.clone(),
+    };
+    // Binaries of another candle are named after it: NAME-candle-VERSION.
+    let suffix = candle
+        .as_ref()
+        .map_or(String::new(), |v| format!("-candle-{v}"));
 
     // The libraries first: no executable is linked, so no stubs are needed yet.
     let mut packages: BTreeMap<&str, Vec<&Target>> = BTreeMap::new();
@@ -274,7 +291,7 @@ pub fn run(args: &[String]) -> Result<()> {
         packages.entry(t.package.as_str()).or_default().push(t);
     }
     for package in packages.keys() {
-        run_cmd(cargo(&tk).args([
+        run_cmd(cargo(&tk, &workspace).args([
             "build",
             "--release",
             "-p",
@@ -291,7 +308,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for (package, targets) in &packages {
         let mut retried = false;
         loop {
-            match build_binaries(&tk, package, targets)? {
+            match build_binaries(&tk, &workspace, package, targets)? {
                 Ok(exes) => {
                     executables.extend(exes);
                     break;
@@ -317,10 +334,10 @@ pub fn run(args: &[String]) -> Result<()> {
         let exe = executables
             .get(&t.name)
             .with_context(|| format!("cargo reported no executable for `{}`", t.name))?;
-        let stripped = out_dir.join(&t.name);
+        let stripped = out_dir.join(format!("{}{suffix}", t.name));
         run_cmd(Command::new("strip").arg("-o").arg(&stripped).arg(exe))?;
         run_cmd(Command::new("gzip").args(["-9", "-n", "-f"]).arg(&stripped))?;
-        let gz = out_dir.join(format!("{}.gz", t.name));
+        let gz = out_dir.join(format!("{}{suffix}.gz", t.name));
         let size = fs::metadata(&gz)?.len();
         total += size;
         println!(

@@ -15,16 +15,21 @@ const USAGE: &str = "\
 usage: cargo xtask <task> [options]
 
 tasks:
-  cuda-toolkit [--force]
+  cuda-toolkit [--force] [--candle VERSION]
       Install the CUDA 13.0 toolkit wheels (nvcc, nvvm, cudart, crt, cccl) into
       target/cuda-toolkit with pip, add the libcudart.so link, generate the link-time
       stubs when the CUDA rlibs exist, and print the environment to build with.
-      Idempotent; --force reinstalls. No system install.
-  gpu-build [--example NAME]... [--bench NAME]... [--all-examples]
+      Idempotent; --force reinstalls. No system install. --candle VERSION: the toolkit
+      that candle release's cudarc accepts (CUDA 12.8 for 0.8.x and 0.9.0/0.9.1, in
+      target/cuda-toolkit-12.8; 13.0 from 0.9.2).
+  gpu-build [--example NAME]... [--bench NAME]... [--all-examples] [--candle VERSION]
       Build the GPU binaries with --features cuda (CARGO_TARGET_DIR=target/cuda),
       generating the link stubs from the rlibs' undefined symbols, strip them and put
       them, gzip-compressed, in gpu-bin/ with gpu-bin/run.sh, ready to carry to the GPU
       host. By default: every examples/examples/cuda_*.rs and every benches/cuda_*.rs.
+      --candle VERSION: against that candle-core release (its toolkit, its lockfile in
+      the candle-matrix copy of the workspace, target/cuda-VERSION); binaries are named
+      NAME-candle-VERSION.
   bench [--rounds N] [--small-steps N] [--mlp-steps N] [--device cpu|cuda] [--no-dhat]
         [--no-callgrind] [--records N] [--iterations N]
       The overhead benchmark: builds bench_loops and bench_loops_dhat (release), runs the
