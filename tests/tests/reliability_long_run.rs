@@ -105,9 +105,9 @@ fn a_million_iterations_keep_tracker_memory_flat() {
         .sum();
     assert_eq!(iterations, (EPOCHS * STEPS + EPOCHS) as u64);
     let totals = tensor_lifetime::site_totals();
-    let x = totals.iter().find(|(s, _, _)| s.label == "x").unwrap();
+    let x = totals.iter().find(|t| t.site.label == "x").unwrap();
     assert_eq!(
-        (x.1, x.2),
+        (x.born, x.dropped),
         ((EPOCHS * STEPS) as u64, (EPOCHS * STEPS) as u64)
     );
 

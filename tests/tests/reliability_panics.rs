@@ -189,8 +189,8 @@ fn a_panicking_loader_thread_does_not_break_the_loop() {
     assert_eq!(seen, 12);
     let totals: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .filter(|(s, _, _)| s.label == "loaded_before_panic")
-        .map(|(_, born, dropped)| (born, dropped))
+        .filter(|t| t.site.label == "loaded_before_panic")
+        .map(|t| (t.born, t.dropped))
         .collect();
     assert_eq!(totals, [(3, 3)]);
 }

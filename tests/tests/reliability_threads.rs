@@ -36,8 +36,8 @@ fn setup() -> MutexGuard<'static, ()> {
 fn totals(label: &str) -> (u64, u64) {
     tensor_lifetime::site_totals()
         .into_iter()
-        .filter(|(s, _, _)| s.label == label)
-        .fold((0, 0), |(b, d), (_, born, dropped)| (b + born, d + dropped))
+        .filter(|t| t.site.label == label)
+        .fold((0, 0), |(b, d), t| (b + t.born, d + t.dropped))
 }
 
 /// Reads the event log: per creation-site label, `born` and `dropped` events; checks that
@@ -130,7 +130,7 @@ fn loader_thread_and_rayon_workers_while_the_loop_runs() {
     // which thread's buffer is drained first.
     let all: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .map(|(s, b, d)| (s.label, s.line, b, d))
+        .map(|t| (t.site.label, t.site.line, t.born, t.dropped))
         .collect();
     assert_eq!(totals("loaded"), (STEPS as u64, STEPS as u64), "{all:?}");
     let workers = (STEPS * PER_STEP) as u64;

@@ -159,6 +159,14 @@ pub enum Event {
         pid: u32,
         started_unix_ms: u64,
         tool_version: String,
+        /// The process's rank in a multi-process job, and the job's size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        world_size: Option<u32>,
+        /// The machine's host name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     /// A site, declared once before its first use; later events refer to `id`.
     Site {
@@ -243,7 +251,31 @@ impl Event {
             pid,
             started_unix_ms,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            rank: None,
+            world_size: None,
+            host: None,
         }
+    }
+
+    /// A header that names the process's place in a multi-process job.
+    pub fn rank_header(
+        pid: u32,
+        started_unix_ms: u64,
+        rank: Option<u32>,
+        world_size: Option<u32>,
+        host: Option<String>,
+    ) -> Event {
+        let mut header = Event::header(pid, started_unix_ms);
+        if let Event::Header {
+            rank: r,
+            world_size: w,
+            host: h,
+            ..
+        } = &mut header
+        {
+            (*r, *w, *h) = (rank, world_size, host);
+        }
+        header
     }
 
     /// Appends this event as one JSON line.
