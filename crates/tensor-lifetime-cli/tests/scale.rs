@@ -6,7 +6,7 @@ mod common;
 
 use common::{run_chromium, write_log, Logs};
 use std::time::{Duration, Instant};
-use tensor_lifetime_report::synth::SynthLoop;
+use tensor_lifetime_test_support::synth::SynthLoop;
 
 #[test]
 fn a_million_events_make_a_small_page_that_renders_promptly() {

@@ -861,49 +861,7 @@ document.documentElement.dataset.ready="1";
 mod tests {
     use super::*;
     use crate::analysis::Analysis;
-    use crate::synth::{self, SynthLoop};
     use crate::timeline::TimelineBuilder;
-
-    fn page(cfg: &SynthLoop, max_points: usize) -> String {
-        let mut a = Analysis::default();
-        let mut t = TimelineBuilder::new(max_points);
-        synth::generate(cfg, |e| {
-            a.apply(&e);
-            t.apply(&e);
-        });
-        render(&t.finish(), &a.report(), &HtmlOptions::default())
-    }
-
-    #[test]
-    fn the_page_is_self_contained() {
-        let html = page(&SynthLoop::leaky(3, 10), 2048);
-        for outside in ["http://", "https://", "<link", " src=", "@import", "url("] {
-            assert!(!html.contains(outside), "found {outside:?}");
-        }
-        assert!(html.contains("<svg id=\"timeline\""));
-        assert!(html.contains("<table id=\"findings\""));
-    }
-
-    #[test]
-    fn the_leaking_site_is_stacked_and_in_the_table() {
-        let html = page(&SynthLoop::leaky(3, 10), 2048);
-        // The cache site is the largest series, marked as a leak, with its holder.
-        assert!(
-            html.contains("class=\"area leak\" data-series=\"0\""),
-            "no leak area"
-        );
-        assert!(html.contains("stored into `self.cache` at src/dataset.rs:42"));
-        assert!(html.contains("id=\"site-6\""));
-        assert!(html.contains("pool used (cuda:0)"));
-        assert_eq!(html.matches("<path class=\"area").count(), 2, "m and t");
-    }
-
-    #[test]
-    fn a_clean_run_says_so() {
-        let html = page(&SynthLoop::clean(3, 10), 2048);
-        assert!(html.contains("class=\"clean\""));
-        assert!(!html.contains("class=\"area leak\""));
-    }
 
     #[test]
     fn script_data_cannot_close_the_script() {

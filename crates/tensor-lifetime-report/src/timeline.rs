@@ -523,13 +523,6 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{self, SynthLoop};
-
-    fn build(cfg: &SynthLoop, max_points: usize) -> Timeline {
-        let mut b = TimelineBuilder::new(max_points);
-        synth::generate(cfg, |e| b.apply(&e));
-        b.finish()
-    }
 
     #[test]
     fn downsampler_keeps_at_most_cap_and_every_item_is_counted() {
@@ -566,41 +559,6 @@ mod tests {
         };
         let m = p(1, 10).merge(p(2, 30)).merge(p(3, 20));
         assert_eq!((m.t_ns, m.live_bytes, m.count), (2, 30, 3));
-    }
-
-    #[test]
-    fn live_bytes_by_site_follow_births_and_drops() {
-        let t = build(&SynthLoop::leaky(2, 5), 10_000);
-        assert_eq!(t.iteration_ends, 2 * 5 + 2);
-        assert_eq!(t.points.len(), 12);
-        assert_eq!(t.loops, vec!["'epoch".to_string(), "'batch".to_string()]);
-        let last = t.points.last().unwrap();
-        // Only the optimizer state (5) and the cache (6) are alive at iteration ends, and
-        // together they are what the tracker counted.
-        let sites: Vec<u32> = last.sites.iter().map(|(s, _)| *s).collect();
-        assert_eq!(sites, vec![5, 6]);
-        assert_eq!(
-            last.sites.iter().map(|(_, b)| b).sum::<u64>(),
-            last.live_bytes
-        );
-        assert_eq!(t.top_sites(1), vec![6]);
-        assert_eq!(t.stats[&6].born, 10);
-        assert_eq!(t.stats[&7].stored, 10);
-        assert_eq!(t.stats[&6].peak_survivors, 10);
-        assert_eq!(t.marks.len(), 2);
-        assert_eq!(t.memory["cuda:0"].len(), 10);
-    }
-
-    #[test]
-    fn long_runs_are_downsampled_to_the_cap() {
-        let t = build(&SynthLoop::leaky(10, 500), 64);
-        assert!(t.points.len() <= 64, "{}", t.points.len());
-        assert!(t.points.len() >= 32, "{}", t.points.len());
-        assert_eq!(t.points.iter().map(|p| p.count).sum::<u64>(), 10 * 500 + 10);
-        assert!(t.memory["cuda:0"].len() <= 64);
-        // The last point has the most live bytes of a leak, and it was kept.
-        let max = t.points.iter().map(|p| p.live_bytes).max().unwrap();
-        assert_eq!(max, t.points.last().unwrap().live_bytes);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tensor_lifetime_report::synth::{self, SynthLoop};
+use tensor_lifetime_test_support::synth::{self, SynthLoop};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tensor-lifetime");
 
