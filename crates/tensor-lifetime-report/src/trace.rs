@@ -21,7 +21,7 @@
 //! the open loop frames, threads and sites. Findings come from a [`crate::Report`] made
 //! before (a first pass over the log through [`crate::Analysis`]).
 
-use crate::event::{Event, SiteInfo};
+use crate::event::{Event, MemorySample, SiteInfo, SiteSweep};
 use crate::report::{Finding, SiteRef};
 use crate::size::format_bytes;
 use serde_json::{json, Value};
@@ -39,6 +39,17 @@ struct Frame {
     start_ns: u64,
     /// End of the frame's last iteration: the next one's slice starts no earlier.
     last_end_ns: u64,
+}
+
+/// An iteration end, as its slice shows it.
+#[derive(Debug)]
+struct IterationSlice {
+    t_ns: u64,
+    frame: u64,
+    iteration: u64,
+    duration_ns: u64,
+    live_tensors: u64,
+    live_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -164,15 +175,14 @@ impl<W: Write> TraceWriter<W> {
 
     /// Applies one event.
     pub fn apply(&mut self, event: &Event) -> io::Result<()> {
+        if let Some(t_ns) = event.t_ns() {
+            self.t_last = self.t_last.max(t_ns);
+        }
         match event {
-            Event::Header { pid, .. } => {
-                if !self.process_named {
-                    self.pid = *pid;
-                }
-                self.name_process()?;
-            }
+            Event::Header { pid, .. } => self.header(*pid),
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
+                Ok(())
             }
             Event::LoopStart {
                 t_ns,
@@ -181,25 +191,7 @@ impl<W: Write> TraceWriter<W> {
                 name,
                 thread,
                 ..
-            } => {
-                let tid = self.tid(*thread)?;
-                self.t_last = self.t_last.max(*t_ns);
-                let name = if name.is_empty() {
-                    format!("loop {}", self.site_text(*site))
-                } else {
-                    name.clone()
-                };
-                self.frames.insert(
-                    *frame,
-                    Frame {
-                        name,
-                        site: *site,
-                        tid,
-                        start_ns: *t_ns,
-                        last_end_ns: *t_ns,
-                    },
-                );
-            }
+            } => self.loop_start(*t_ns, *frame, *site, name, *thread),
             Event::IterationEnd {
                 t_ns,
                 frame,
@@ -209,114 +201,178 @@ impl<W: Write> TraceWriter<W> {
                 live_bytes,
                 sites,
             } => {
-                self.t_last = self.t_last.max(*t_ns);
                 self.counter("live bytes", "bytes", *t_ns, *live_bytes)?;
                 self.counter("live tensors", "tensors", *t_ns, *live_tensors)?;
-                let Some(f) = self.frames.get_mut(frame) else {
-                    return Ok(());
+                let end = IterationSlice {
+                    t_ns: *t_ns,
+                    frame: *frame,
+                    iteration: *iteration,
+                    duration_ns: *duration_ns,
+                    live_tensors: *live_tensors,
+                    live_bytes: *live_bytes,
                 };
-                let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
-                // Iteration slices of a frame follow each other: a start measured a little
-                // before the previous iteration's end (clocks read at different points of
-                // the sweep) would break the nesting trace viewers need, so it is clamped.
-                let start = t_ns
-                    .saturating_sub(*duration_ns)
-                    .max(f.last_end_ns)
-                    .min(*t_ns);
-                f.last_end_ns = f.last_end_ns.max(*t_ns);
-                let mut survivors: Vec<_> = sites.iter().filter(|s| s.survivors > 0).collect();
-                survivors.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
-                let mut by_site = serde_json::Map::new();
-                for s in survivors.iter().take(10) {
-                    by_site.insert(
-                        self.site_text(s.site),
-                        json!(format!(
-                            "{} tensors, {}",
-                            s.survivors,
-                            format_bytes(s.bytes)
-                        )),
-                    );
-                }
-                let args = json!({
-                    "loop": name,
-                    "iteration": iteration,
-                    "live_tensors": live_tensors,
-                    "live_bytes": live_bytes,
-                    "survivors": by_site,
-                });
-                self.emit(
-                    "X",
-                    &format!("{name} #{iteration}"),
-                    start,
-                    tid,
-                    &format!(
-                        ",\"dur\":{},\"cat\":\"iteration\",\"args\":{args}",
-                        micros(t_ns - start)
-                    ),
-                )?;
-                // Findings judged by this loop at this iteration with these survivors.
-                let loop_info = self.sites.get(&loop_site).cloned();
-                for i in 0..self.findings.len() {
-                    let p = &self.findings[i];
-                    if p.written || p.finding.iteration != *iteration {
-                        continue;
-                    }
-                    let loop_matches = match (&p.finding.loop_site, &loop_info) {
-                        (Some(a), Some(b)) => same_site(a, b),
-                        _ => p.finding.loop_name == name,
-                    };
-                    let site_matches = sites.iter().any(|s| {
-                        s.survivors == p.finding.survivors
-                            && self
-                                .sites
-                                .get(&s.site)
-                                .is_some_and(|info| same_site(&p.finding.site, info))
-                    });
-                    if loop_matches && site_matches {
-                        self.write_finding(i, *t_ns)?;
-                    }
-                }
+                self.iteration_end(&end, sites)
             }
             Event::LoopEnd {
                 t_ns,
                 frame,
                 iterations,
-            } => {
-                self.t_last = self.t_last.max(*t_ns);
-                if let Some(f) = self.frames.remove(frame) {
-                    let args = json!({ "iterations": iterations });
-                    self.emit(
-                        "X",
-                        &format!("loop {}", f.name),
-                        f.start_ns,
-                        f.tid,
-                        &format!(
-                            ",\"dur\":{},\"cat\":\"loop\",\"args\":{args}",
-                            micros(t_ns.saturating_sub(f.start_ns))
-                        ),
-                    )?;
-                }
-            }
+            } => self.loop_end(*t_ns, *frame, *iterations),
             Event::Memory {
                 t_ns,
                 device,
                 sample,
-            } => {
-                self.t_last = self.t_last.max(*t_ns);
-                for (what, value) in [
-                    ("pool used", sample.pool_used),
-                    ("pool reserved", sample.pool_reserved),
-                    ("device used", sample.device_used),
-                ] {
-                    if let Some(v) = value {
-                        self.counter(&format!("{what} ({device})"), "bytes", *t_ns, v)?;
-                    }
-                }
+            } => self.memory(*t_ns, device, sample),
+            Event::Born { .. } | Event::Stored { .. } | Event::Dropped { .. } => Ok(()),
+            Event::Alias { .. } => Ok(()),
+        }
+    }
+
+    fn header(&mut self, pid: u32) -> io::Result<()> {
+        if !self.process_named {
+            self.pid = pid;
+        }
+        self.name_process()
+    }
+
+    fn loop_start(
+        &mut self,
+        t_ns: u64,
+        frame: u64,
+        site: u32,
+        name: &str,
+        thread: u64,
+    ) -> io::Result<()> {
+        let tid = self.tid(thread)?;
+        let name = if name.is_empty() {
+            format!("loop {}", self.site_text(site))
+        } else {
+            name.to_string()
+        };
+        self.frames.insert(
+            frame,
+            Frame {
+                name,
+                site,
+                tid,
+                start_ns: t_ns,
+                last_end_ns: t_ns,
+            },
+        );
+        Ok(())
+    }
+
+    /// The iteration's slice, then the findings judged at its end.
+    fn iteration_end(&mut self, end: &IterationSlice, sites: &[SiteSweep]) -> io::Result<()> {
+        let Some(f) = self.frames.get_mut(&end.frame) else {
+            return Ok(());
+        };
+        let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
+        // Iteration slices of a frame follow each other: a start measured a little
+        // before the previous iteration's end (clocks read at different points of
+        // the sweep) would break the nesting trace viewers need, so it is clamped.
+        let start = end
+            .t_ns
+            .saturating_sub(end.duration_ns)
+            .max(f.last_end_ns)
+            .min(end.t_ns);
+        f.last_end_ns = f.last_end_ns.max(end.t_ns);
+        let args = json!({
+            "loop": name,
+            "iteration": end.iteration,
+            "live_tensors": end.live_tensors,
+            "live_bytes": end.live_bytes,
+            "survivors": self.survivors_by_site(sites),
+        });
+        self.emit(
+            "X",
+            &format!("{name} #{}", end.iteration),
+            start,
+            tid,
+            &format!(
+                ",\"dur\":{},\"cat\":\"iteration\",\"args\":{args}",
+                micros(end.t_ns - start)
+            ),
+        )?;
+        self.findings_judged_at(end, &name, loop_site, sites)
+    }
+
+    /// The 10 sites with the most surviving bytes, as `site: "N tensors, B"`.
+    fn survivors_by_site(&self, sites: &[SiteSweep]) -> serde_json::Map<String, Value> {
+        let mut survivors: Vec<_> = sites.iter().filter(|s| s.survivors > 0).collect();
+        survivors.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+        let mut by_site = serde_json::Map::new();
+        for s in survivors.iter().take(10) {
+            by_site.insert(
+                self.site_text(s.site),
+                json!(format!(
+                    "{} tensors, {}",
+                    s.survivors,
+                    format_bytes(s.bytes)
+                )),
+            );
+        }
+        by_site
+    }
+
+    /// Writes the findings judged by this loop at this iteration with these survivors.
+    fn findings_judged_at(
+        &mut self,
+        end: &IterationSlice,
+        loop_name: &str,
+        loop_site: u32,
+        sites: &[SiteSweep],
+    ) -> io::Result<()> {
+        let loop_info = self.sites.get(&loop_site).cloned();
+        for i in 0..self.findings.len() {
+            let p = &self.findings[i];
+            if p.written || p.finding.iteration != end.iteration {
+                continue;
             }
-            Event::Born { t_ns, .. } | Event::Stored { t_ns, .. } | Event::Dropped { t_ns, .. } => {
-                self.t_last = self.t_last.max(*t_ns);
+            let loop_matches = match (&p.finding.loop_site, &loop_info) {
+                (Some(a), Some(b)) => same_site(a, b),
+                _ => p.finding.loop_name == loop_name,
+            };
+            let site_matches = sites.iter().any(|s| {
+                s.survivors == p.finding.survivors
+                    && self
+                        .sites
+                        .get(&s.site)
+                        .is_some_and(|info| same_site(&p.finding.site, info))
+            });
+            if loop_matches && site_matches {
+                self.write_finding(i, end.t_ns)?;
             }
-            Event::Alias { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn loop_end(&mut self, t_ns: u64, frame: u64, iterations: u64) -> io::Result<()> {
+        let Some(f) = self.frames.remove(&frame) else {
+            return Ok(());
+        };
+        let args = json!({ "iterations": iterations });
+        self.emit(
+            "X",
+            &format!("loop {}", f.name),
+            f.start_ns,
+            f.tid,
+            &format!(
+                ",\"dur\":{},\"cat\":\"loop\",\"args\":{args}",
+                micros(t_ns.saturating_sub(f.start_ns))
+            ),
+        )
+    }
+
+    fn memory(&mut self, t_ns: u64, device: &str, sample: &MemorySample) -> io::Result<()> {
+        for (what, value) in [
+            ("pool used", sample.pool_used),
+            ("pool reserved", sample.pool_reserved),
+            ("device used", sample.device_used),
+        ] {
+            if let Some(v) = value {
+                self.counter(&format!("{what} ({device})"), "bytes", t_ns, v)?;
+            }
         }
         Ok(())
     }
