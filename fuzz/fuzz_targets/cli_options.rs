@@ -1,6 +1,6 @@
 //! Fuzzes the command line's option parsing: byte sizes (`parse_size`, the parser of
 //! `#[leak_test(max_leaked_bytes = "1 MiB")]`) and the `tensor-lifetime` CLI's own clap
-//! parser, compiled here from the CLI's `main.rs` (a binary has no library to link).
+//! parser (`tensor_lifetime_cli::Cli`, the library the binary runs).
 //!
 //! The input is split at NUL bytes into arguments (bytes, not necessarily UTF-8, as a
 //! shell may pass them). The CLI is only parsed, never run: a fuzzed `-o` must not write
@@ -15,11 +15,8 @@ use clap::{CommandFactory, Parser};
 use libfuzzer_sys::fuzz_target;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+use tensor_lifetime_cli::Cli;
 use tensor_lifetime_report::size::{format_bytes, parse_size};
-
-#[allow(dead_code, unused_imports)]
-#[path = "../../crates/tensor-lifetime-cli/src/main.rs"]
-mod cli;
 
 fn check_size(text: &str) {
     match parse_size(text) {
@@ -50,9 +47,9 @@ fuzz_target!(|data: &[u8]| {
             check_size(text);
         }
     }
-    let parsed = cli::Cli::try_parse_from(&args);
+    let parsed = Cli::try_parse_from(&args);
     // The same command line through clap's untyped matches: the declared ranges hold.
-    let matches = cli::Cli::command().try_get_matches_from(&args);
+    let matches = Cli::command().try_get_matches_from(&args);
     assert_eq!(parsed.is_ok(), matches.is_ok(), "{args:?}");
     match (parsed, matches) {
         (Ok(parsed), Ok(matches)) => {
