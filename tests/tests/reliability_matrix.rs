@@ -25,6 +25,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
+use tensor_lifetime_test_support::serial;
 use tensor_lifetime_tests::line_of;
 
 const SOURCE: &str = include_str!("reliability_matrix.rs");
@@ -653,12 +654,6 @@ pub fn c8_early_stopping(p: Params) -> Result<usize> {
 
 // ---------------------------------------------------------------------------------------
 // The matrix.
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A leak case's expected finding.
 struct Leak {

@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{MutexGuard, OnceLock};
 use tensor_lifetime::{check_leaks, LeakTestOptions};
 use tensor_lifetime_report::event::{EventReader, ReadOutcome};
 use tensor_lifetime_report::{Analysis, Event};
@@ -17,10 +17,9 @@ use tensor_lifetime_tests::{line_of, temp_path};
 const SOURCE: &str = include_str!("reliability_panics.rs");
 
 static LOG: OnceLock<PathBuf> = OnceLock::new();
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn setup() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = tensor_lifetime_test_support::serial();
     LOG.get_or_init(|| {
         let path = temp_path("reliability_panics.jsonl");
         std::env::set_var("TENSOR_LIFETIME_LOG", &path);

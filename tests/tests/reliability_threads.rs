@@ -11,17 +11,16 @@ use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, Barrier, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, Barrier, MutexGuard, OnceLock};
 use tensor_lifetime_report::event::{EventReader, ReadOutcome};
 use tensor_lifetime_report::Event;
 use tensor_lifetime_tests::temp_path;
 
 static LOG: OnceLock<PathBuf> = OnceLock::new();
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Sets the environment before the first tracked tensor of the process; takes the lock.
 fn setup() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = tensor_lifetime_test_support::serial();
     LOG.get_or_init(|| {
         let path = temp_path("reliability_threads.jsonl");
         std::env::set_var("TENSOR_LIFETIME_LOG", &path);

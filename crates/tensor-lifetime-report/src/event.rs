@@ -278,6 +278,20 @@ impl Event {
         header
     }
 
+    /// When the event happened, for the events that carry a time.
+    pub fn t_ns(&self) -> Option<u64> {
+        match self {
+            Event::LoopStart { t_ns, .. }
+            | Event::Born { t_ns, .. }
+            | Event::Stored { t_ns, .. }
+            | Event::Dropped { t_ns, .. }
+            | Event::IterationEnd { t_ns, .. }
+            | Event::LoopEnd { t_ns, .. }
+            | Event::Memory { t_ns, .. } => Some(*t_ns),
+            Event::Header { .. } | Event::Site { .. } | Event::Alias { .. } => None,
+        }
+    }
+
     /// Appends this event as one JSON line.
     pub fn write_line(&self, out: &mut impl io::Write) -> io::Result<()> {
         serde_json::to_writer(&mut *out, self).map_err(io::Error::other)?;
