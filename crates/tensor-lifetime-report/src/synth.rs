@@ -76,6 +76,7 @@ fn site(id: u32, file: &str, line: u32, function: &str, label: &str, kind: SiteK
             function: function.into(),
             label: label.into(),
             kind,
+            note: None,
         },
     }
 }
