@@ -24,21 +24,21 @@ fn handed_off_tensors_keep_the_site_of_the_thread_that_made_them() {
     tensor_lifetime::init().expect("tracking is on");
     // This thread probes alone first.
     let made_here = Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap();
-    tensor_lifetime::probe::tag(&made_here, site!("made_here"));
+    tensor_lifetime::__private::tag(&made_here, site!("made_here"));
 
     // A second thread: tags what it was given, makes a tensor and hands it back.
     let (tx, rx) = mpsc::channel();
     let given = made_here.clone();
     let worker = std::thread::spawn(move || {
-        tensor_lifetime::probe::tag(&given, site!("seen_by_worker"));
+        tensor_lifetime::__private::tag(&given, site!("seen_by_worker"));
         let made_there = Tensor::zeros(5, DType::F32, &Device::Cpu).unwrap();
-        tensor_lifetime::probe::tag(&made_there, site!("made_by_worker"));
+        tensor_lifetime::__private::tag(&made_there, site!("made_by_worker"));
         tx.send(made_there).unwrap();
         given
     });
     let received = rx.recv().unwrap();
     // Seen here after the worker made it: an alias, not its birth.
-    tensor_lifetime::probe::tag(&received, site!("received_here"));
+    tensor_lifetime::__private::tag(&received, site!("received_here"));
     let given_back = worker.join().unwrap();
 
     // Nothing was drained until now: the drain orders all four probes.

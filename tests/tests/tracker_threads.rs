@@ -20,9 +20,9 @@ fn concurrent_tagging_is_exact() {
                 let mut kept = Vec::new();
                 for i in 0..PER_THREAD {
                     let t = Tensor::zeros(16, DType::F32, &Device::Cpu).unwrap();
-                    tensor_lifetime::probe::tag(&t, site!("worker_tensor"));
+                    tensor_lifetime::__private::tag(&t, site!("worker_tensor"));
                     // A second tag of the same tensor is an alias, never a second record.
-                    tensor_lifetime::probe::tag(&t, site!("alias"));
+                    tensor_lifetime::__private::tag(&t, site!("alias"));
                     if i % KEPT_EVERY == 0 {
                         kept.push(t);
                     }

@@ -538,7 +538,15 @@ impl Instrument {
 
     /// `for`, `while`, `loop`: a loop scope around, an iteration guard inside.
     fn instrument_loop(&mut self, expr: &mut Expr) {
-        let fills = fills_returned(expr, &self.returned);
+        // A labeled loop (`'epoch`, `'step`) is named as a phase of a run: never taken
+        // for a construction loop.
+        let labeled = match &*expr {
+            Expr::ForLoop(f) => f.label.is_some(),
+            Expr::While(w) => w.label.is_some(),
+            Expr::Loop(l) => l.label.is_some(),
+            _ => false,
+        };
+        let fills = fills_returned(expr, &self.returned).filter(|_| !labeled);
         visit_mut::visit_expr_mut(self, expr);
         if self.in_async && contains_await(expr) {
             return;
@@ -921,6 +929,7 @@ fn inner_stores(expr: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Exp
             | Expr::Paren(_)
             | Expr::Group(_) => inner_stores(e, site, before),
             Expr::Try(_) | Expr::MethodCall(_) => wrap(e, site),
+            Expr::Field(_) if !is_place(e) => wrap(e, site),
             _ => false,
         }
     }
@@ -961,6 +970,19 @@ fn inner_stores(expr: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Exp
     wrapped
 }
 
+/// A place expression (a local, `self`, fields, indexing and dereferences of those).
+fn is_place(e: &Expr) -> bool {
+    match e {
+        Expr::Path(_) => true,
+        Expr::Field(f) => is_place(&f.base),
+        Expr::Index(i) => is_place(&i.expr),
+        Expr::Paren(p) => is_place(&p.expr),
+        Expr::Group(g) => is_place(&g.expr),
+        Expr::Unary(u) => matches!(u.op, syn::UnOp::Deref(_)),
+        _ => false,
+    }
+}
+
 fn is_self(e: &Expr) -> bool {
     matches!(e, Expr::Path(p) if p.path.is_ident("self"))
 }
@@ -978,8 +1000,9 @@ fn is_probe_call(c: &syn::ExprCall) -> bool {
 fn worth_tagging(expr: &Expr) -> bool {
     match expr {
         // Places: moving out of one through a generic call would stop an implicit
-        // reborrow of a `&mut` there.
-        Expr::Path(_) | Expr::Field(_) | Expr::Index(_) | Expr::Unary(_) => false,
+        // reborrow of a `&mut` there. A field of a temporary (`batch()?.0`) is a value.
+        Expr::Field(_) | Expr::Index(_) => !is_place(expr),
+        Expr::Path(_) | Expr::Unary(_) => false,
         Expr::Lit(_) | Expr::Closure(_) | Expr::Range(_) => false,
         Expr::Reference(r) => worth_tagging(&r.expr),
         Expr::Call(c) => !c.args.iter().any(|a| matches!(a, Expr::Closure(_))),

@@ -51,9 +51,10 @@
 //!   replay buffer that evicts when full grows until it fills and is not a leak even in a
 //!   run too short to fill it; a container nothing trims (`examples/leaky_dataset`)
 //!   stays a leak. A graph or view retention so held is reported, not as growing.
-//! - **Product**: the frame belongs to a *construction loop*: a loop that stores into a
-//!   local its function returns (`heads.push(..)` ... `Ok(heads)`), and that runs outside
-//!   any loop (or inside another construction loop). What it builds is handed out (a
+//! - **Product**: the frame belongs to a *construction loop*: an unlabeled loop that
+//!   stores into a local its function returns (`heads.push(..)` ... `Ok(heads)`), and
+//!   that runs outside any loop (or inside another construction loop). A labeled loop
+//!   (`'epoch`, `'step`) names a phase of a run and is never one. What it builds is handed out (a
 //!   model's layers), so its growth ends with the loop and is the function's value, not
 //!   the run's. Survivors held by a store into another container stay judged as usual.
 //!   The same loop run inside a training loop's iteration is judged as every nested loop

@@ -22,20 +22,20 @@ fn tagging(c: &mut Criterion) {
     group.bench_function("tag_tensor", |b| {
         b.iter_batched_ref(
             || scope.iteration(),
-            |_it| tensor_lifetime::probe::tag(black_box(&t), site!("t")),
+            |_it| tensor_lifetime::__private::tag(black_box(&t), site!("t")),
             BatchSize::NumIterations(1000),
         )
     });
     group.bench_function("store_tensor", |b| {
         b.iter_batched_ref(
             || scope.iteration(),
-            |_it| tensor_lifetime::probe::store(black_box(&t), site!(store "self.cache")),
+            |_it| tensor_lifetime::__private::store(black_box(&t), site!(store "self.cache")),
             BatchSize::NumIterations(1000),
         )
     });
     group.bench_function("tag_non_tensor", |b| {
         let v = vec![1u32, 2, 3];
-        b.iter(|| tensor_lifetime::probe::tag(black_box(&v), site!("v")))
+        b.iter(|| tensor_lifetime::__private::tag(black_box(&v), site!("v")))
     });
     group.finish();
     drop(scope);
@@ -45,7 +45,7 @@ fn live_tensors(n: usize) -> Vec<Tensor> {
     (0..n)
         .map(|_| {
             let t = Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap();
-            tensor_lifetime::probe::tag(&t, site!("live"));
+            tensor_lifetime::__private::tag(&t, site!("live"));
             t
         })
         .collect()
