@@ -44,6 +44,24 @@ pub struct SiteInfo {
     pub function: String,
     pub label: String,
     pub kind: SiteKind,
+    /// What `#[track]` saw around the site in the source, when it matters to the
+    /// judgement (a store whose container is trimmed, a loop that builds a returned
+    /// value). Absent in logs written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<SiteNote>,
+}
+
+/// What the macro saw around a site, beyond its place and label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum SiteNote {
+    /// A store whose receiver the tracked code also trims (`pop_front`, `truncate`,
+    /// `clear`, assigning a new container ...): the line of the first such call, in the
+    /// store's file, and the call (`pop_front`). The container is bounded.
+    Evicted { line: u32, call: String },
+    /// A loop that fills `holder`, a local the function returns (`Ok(heads)`): the loop
+    /// builds a value (a model's layers), whose tensors are its product.
+    Fills { holder: String },
 }
 
 impl SiteInfo {
@@ -549,6 +567,7 @@ mod tests {
                     function: "a::f".into(),
                     label: "x".into(),
                     kind: SiteKind::Binding,
+                    note: None,
                 },
             },
             Event::Dropped { t_ns: 5, tensor: 7 },

@@ -123,6 +123,7 @@ fn site((id, file, line, function, label, kind): SiteRow) -> Event {
             function: function.into(),
             label: label.into(),
             kind,
+            note: None,
         },
     }
 }
