@@ -3,6 +3,7 @@
 //! ```text
 //! bench_loops compare [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N] [--no-dhat]
 //! bench_loops run <small|mlp> <plain|tracked> [--device cpu|cuda] [--warmup N] [--steps N]
+//! bench_loops run rollout <plain|tracked> --steps N [--device cpu|cuda] [--warmup E] [--epochs E]
 //! bench_loops memory [--records N] [--iterations N]
 //! bench_loops interleave [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N]
 //! ```
@@ -19,6 +20,10 @@
 //! untracked = the plain loop; tracked = the same loop under `#[track]`; off = the tracked
 //! binary with `TENSOR_LIFETIME=off`; dhat = the plain loop in `bench_loops_dhat`, with
 //! dhat-rs heap profiling running.
+//!
+//! `run rollout` runs epochs of the rollout loop, each of `--steps N` inner steps (default
+//! 1 000): `--warmup` unmeasured epochs (default 1), then `--epochs` measured ones
+//! (default 3); it prints the median CPU time of an epoch.
 //!
 //! `memory` measures tracker memory with a counting allocator: heap bytes per live
 //! tracked record, and heap bytes over many iterations of a tracked loop.
@@ -65,10 +70,12 @@ fn main() -> Result<()> {
 }
 
 fn run(args: &[String]) -> Result<()> {
+    let rollout = args.get(1).map(String::as_str) == Some("rollout");
     let workload = match args.get(1).map(String::as_str) {
         Some("small") => Workload::Small,
         Some("mlp") => Workload::Mlp,
-        other => panic!("workload {other:?}: expected small or mlp"),
+        Some("rollout") => Workload::Rollout(arg(args, "--steps", 1_000usize)),
+        other => panic!("workload {other:?}: expected small, mlp or rollout"),
     };
     let tracked = match args.get(2).map(String::as_str) {
         Some("plain") => false,
@@ -76,8 +83,11 @@ fn run(args: &[String]) -> Result<()> {
         other => panic!("variant {other:?}: expected plain or tracked"),
     };
     let device = device(args)?;
-    let warmup = arg(args, "--warmup", 5usize);
-    let steps = arg(args, "--steps", 50usize);
+    let (warmup, steps) = if rollout {
+        (arg(args, "--warmup", 1usize), arg(args, "--epochs", 3usize))
+    } else {
+        (arg(args, "--warmup", 5usize), arg(args, "--steps", 50usize))
+    };
     let mut times = bench::run(workload, tracked, &device, warmup, steps)?;
     println!("median_ns {}", bench::median(&mut times));
     Ok(())

@@ -44,7 +44,7 @@ fn main() -> Result<()> {
     };
     println!(
         "== cuda_training {what} on {} ==",
-        memory::device_key(&device)
+        memory::memory_stats(&device).map_err(wrap)?.device
     );
     if what == "memory" {
         return memory_checks(&device, &cfg);
@@ -58,7 +58,7 @@ fn main() -> Result<()> {
     );
     println!("\n-- leak report --\n{}", out.report);
     println!("-- memory_summary after a synchronize (everything the run keeps is alive) --");
-    println!("{}", memory::render_summary(&out.stats));
+    println!("{}", out.stats);
     let s = &out.stats;
     if let Some(used) = s.pool_used {
         println!(
@@ -171,13 +171,13 @@ fn memory_checks(device: &Device, cfg: &Config) -> Result<()> {
 
     println!("\n-- empty_cache: a 2 GiB temporary, dropped, with the threshold at `keep all` --");
     let (cached, released, after) = ex::empty_cache_demo(device, 2 << 30)?;
-    println!("before empty_cache:\n{}", memory::render_summary(&cached));
+    println!("before empty_cache:\n{}", cached);
     println!(
         "empty_cache released {} B ({:.1} MiB)",
         released,
         released as f64 / MIB
     );
-    println!("after empty_cache:\n{}", memory::render_summary(&after));
+    println!("after empty_cache:\n{}", after);
     if let (Some(b), Some(a)) = (cached.device_used, after.device_used) {
         println!(
             "device used (cuMemGetInfo): {:.1} MiB -> {:.1} MiB ({:+.1} MiB)",
@@ -225,6 +225,6 @@ fn memory_checks(device: &Device, cfg: &Config) -> Result<()> {
         line(&format!("alloc+free {} MiB", bytes >> 20), &zero, &max);
     }
     let end = memory::memory_stats(device).map_err(wrap)?;
-    println!("\n{}", memory::render_summary(&end));
+    println!("\n{}", end);
     Ok(())
 }

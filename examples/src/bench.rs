@@ -3,7 +3,10 @@
 //!
 //! 1. small-tensor loop: per step 200 x (randn 64x64, mul, tanh, add), the shape of the
 //!    PyTorch `_record_memory_history` measurement in DESIGN.md;
-//! 2. MLP training step with candle-nn: 784-512-10, batch 256, an SGD step.
+//! 2. MLP training step with candle-nn: 784-512-10, batch 256, an SGD step;
+//! 3. rollout epoch: N inner steps, each making a few small tensors and keeping one in a
+//!    `Vec` until the epoch ends (a policy-gradient agent's observations, a replay
+//!    buffer): what is alive grows through the epoch.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
@@ -34,6 +37,32 @@ macro_rules! small_step {
 
 small_step!(small_step_plain);
 small_step!(small_step_tracked, #[tensor_lifetime::track]);
+
+/// The tensors of the rollout loop: one observation of 16 values.
+pub const ROLLOUT_DIMS: usize = 16;
+
+macro_rules! rollout_epoch {
+    ($name:ident $(, #[$attr:meta])?) => {
+        /// One epoch of the rollout loop: `steps` inner steps, each making an observation,
+        /// a scaled copy and an action (tanh), and keeping the observation until the
+        /// epoch's end; returns how many were kept.
+        $(#[$attr])?
+        pub fn $name(device: &Device, steps: usize) -> Result<usize> {
+            let mut kept = Vec::with_capacity(steps);
+            for _ in 0..steps {
+                let obs = Tensor::randn(0f32, 1.0, ROLLOUT_DIMS, device)?;
+                let scaled = (&obs * 0.5)?;
+                let action = scaled.tanh()?;
+                drop(action);
+                kept.push(obs);
+            }
+            Ok(kept.len())
+        }
+    };
+}
+
+rollout_epoch!(rollout_epoch_plain);
+rollout_epoch!(rollout_epoch_tracked, #[tensor_lifetime::track]);
 
 /// The MLP of the benchmark.
 #[derive(Debug)]
@@ -83,6 +112,8 @@ pub fn mlp_batch(device: &Device) -> Result<(Tensor, Tensor)> {
 pub enum Workload {
     Small,
     Mlp,
+    /// One step is an epoch of this many inner steps.
+    Rollout(usize),
 }
 
 /// Runs `steps` steps after `warmup` unmeasured ones, tracked or not, and returns the
@@ -136,12 +167,18 @@ pub fn interleaved(
             let opt = SGD::new(varmap.all_vars(), 0.01)?;
             Some((model, opt, mlp_batch(device)?))
         }
-        Workload::Small => None,
+        Workload::Small | Workload::Rollout(_) => None,
     };
     let mut step = |tracked: bool| -> Result<()> {
         match (&mut mlp, tracked) {
-            (None, false) => drop(small_step_plain(device, SMALL_DIMS)?),
-            (None, true) => drop(small_step_tracked(device, SMALL_DIMS)?),
+            (None, false) => match workload {
+                Workload::Rollout(n) => drop(rollout_epoch_plain(device, n)?),
+                _ => drop(small_step_plain(device, SMALL_DIMS)?),
+            },
+            (None, true) => match workload {
+                Workload::Rollout(n) => drop(rollout_epoch_tracked(device, n)?),
+                _ => drop(small_step_tracked(device, SMALL_DIMS)?),
+            },
             (Some((model, opt, (x, y))), false) => drop(mlp_step_plain(model, opt, x, y)?),
             (Some((model, opt, (x, y))), true) => drop(mlp_step_tracked(model, opt, x, y)?),
         }

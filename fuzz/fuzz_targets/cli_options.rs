@@ -1,13 +1,15 @@
 //! Fuzzes the command line's option parsing: byte sizes (`parse_size`, the parser of
 //! `#[leak_test(max_leaked_bytes = "1 MiB")]`) and the `tensor-lifetime` CLI's own clap
-//! parser, compiled here from the CLI's `main.rs` (a binary has no library to link).
+//! parser (`tensor_lifetime_cli::Cli`, the library the binary runs).
 //!
 //! The input is split at NUL bytes into arguments (bytes, not necessarily UTF-8, as a
 //! shell may pass them). The CLI is only parsed, never run: a fuzzed `-o` must not write
 //! files. Properties checked besides not panicking: a parse error renders (what the user
 //! sees), the typed parser and clap's untyped matches agree, a parsed command line has its
-//! values inside the ranges the CLI declares, and a size made only of digits is exactly
-//! that number of bytes.
+//! values inside the ranges the CLI declares, a size made only of digits is exactly that
+//! number of bytes, and the macros crate's own copy of the size parser
+//! (`crates/tensor-lifetime-macros/src/size.rs`, compiled here as a module) gives the same
+//! result and the same error message as the report crate's.
 
 #![no_main]
 
@@ -15,13 +17,18 @@ use clap::{CommandFactory, Parser};
 use libfuzzer_sys::fuzz_target;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+use tensor_lifetime_cli::Cli;
 use tensor_lifetime_report::size::{format_bytes, parse_size};
 
-#[allow(dead_code, unused_imports)]
-#[path = "../../crates/tensor-lifetime-cli/src/main.rs"]
-mod cli;
+#[path = "../../crates/tensor-lifetime-macros/src/size.rs"]
+mod macro_size;
 
 fn check_size(text: &str) {
+    assert_eq!(
+        macro_size::parse_size(text),
+        parse_size(text).map_err(|e| e.to_string()),
+        "{text:?}"
+    );
     match parse_size(text) {
         Ok(bytes) => {
             let _ = format_bytes(bytes);
@@ -50,9 +57,9 @@ fuzz_target!(|data: &[u8]| {
             check_size(text);
         }
     }
-    let parsed = cli::Cli::try_parse_from(&args);
+    let parsed = Cli::try_parse_from(&args);
     // The same command line through clap's untyped matches: the declared ranges hold.
-    let matches = cli::Cli::command().try_get_matches_from(&args);
+    let matches = Cli::command().try_get_matches_from(&args);
     assert_eq!(parsed.is_ok(), matches.is_ok(), "{args:?}");
     match (parsed, matches) {
         (Ok(parsed), Ok(matches)) => {

@@ -164,6 +164,7 @@ fn decode(program: &[u8]) -> Vec<Event> {
                         SiteKind::Explicit,
                         SiteKind::Loop,
                     ][b.small(5) as usize],
+                    note: None,
                 },
             },
             1 => Event::LoopStart {

@@ -56,7 +56,10 @@ fn summary() -> String {
     let report = tensor_lifetime::report();
     let totals: Vec<String> = tensor_lifetime::site_totals()
         .into_iter()
-        .map(|(s, born, dropped)| format!("{}:{} {} {born} {dropped}", s.file, s.line, s.label))
+        .map(|t| {
+            let s = t.site;
+            format!("{}:{} {} {} {}", s.file, s.line, s.label, t.born, t.dropped)
+        })
         .collect();
     format!("{}\n{}", report.to_json(), totals.join("\n"))
 }

@@ -12,8 +12,8 @@
 use candle_core::{DType, Device, Result, Tensor, D};
 use candle_nn::{linear, AdamW, Linear, Module, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
+use tensor_lifetime_test_support::serial;
 use tensor_lifetime_tests::line_of;
 
 const SOURCE: &str = include_str!("corpus.rs");
@@ -66,26 +66,7 @@ pub fn weights_sum(varmap: &VarMap) -> Result<f32> {
     Ok(sum)
 }
 
-/// Emits `types` in both modules and `code` as written (`plain`) and with `#[track]`
-/// on each item (`tracked`).
-macro_rules! twice {
-    (types { $($ty:item)* } code { $($item:item)* }) => {
-        #[allow(dead_code)]
-        pub mod plain {
-            use super::*;
-            $($ty)*
-            $($item)*
-        }
-        #[allow(dead_code)]
-        pub mod tracked {
-            use super::*;
-            $($ty)*
-            $(#[tensor_lifetime::track] $item)*
-        }
-    };
-}
-
-twice! {
+tensor_lifetime_test_support::twice! {
     types {
         /// A two-layer perceptron built with candle-nn layers.
         #[derive(Debug)]
@@ -465,15 +446,13 @@ twice! {
     }
 }
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// Runs the plain and the tracked version; checks they agree exactly and returns the
 /// tracked run's leak outcome.
 fn compare<R: PartialEq + std::fmt::Debug>(
     plain: impl FnOnce() -> Result<R>,
     tracked: impl FnOnce() -> Result<R>,
 ) -> LeakTestOutcome {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let expected = plain().unwrap();
     let (got, outcome) = check_leaks(LeakTestOptions::default(), tracked).unwrap();
     assert_eq!(got.unwrap(), expected, "tracked and plain results differ");
@@ -658,7 +637,7 @@ fn parameters_first_seen_in_a_tracked_loop_are_not_born_there() {
     fn sorted_vars_plain(varmap: &VarMap) -> Vec<candle_core::Var> {
         plain::sorted_vars(varmap)
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let varmap = VarMap::new();
     let _model = plain::Mlp::new(&varmap, &Device::Cpu).unwrap();
     let (result, outcome) = check_leaks(LeakTestOptions::default(), || scale_all(&varmap)).unwrap();

@@ -169,6 +169,20 @@ fn each_leak_test_judges_only_its_own_tensors() {
         tensor_lifetime_tests::line_of(SOURCE, "// parallel: kept")
     );
     assert!(failure.contains(&site), "{failure}");
+    // The panic message starts with the leaking site as `file:line:col: `, the form that
+    // editors and CI logs turn into a link.
+    let first = failure
+        .lines()
+        .find(|l| l.contains("leak test `session_leaky` failed"))
+        .unwrap();
+    let (at, _) = first
+        .split_once(": leak test")
+        .unwrap_or_else(|| panic!("no site before the message: {first}"));
+    let at = at.rsplit("panicked at ").next().unwrap();
+    let at = at.rsplit(":\n").next().unwrap().trim();
+    let (file_line, col) = at.rsplit_once(':').unwrap();
+    assert_eq!(file_line, site, "{first}");
+    assert!(col.parse::<u32>().is_ok_and(|c| c > 0), "{first}");
     assert!(failure.contains("`product`"), "{failure}");
     assert!(
         failure.contains(&format!("stored into `KEPT` at {store}")),

@@ -10,55 +10,12 @@
 //! a run are in `docs/reliability.md`.
 
 use candle_core::{Device, Result, Tensor};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
-
-/// The system allocator, counting the bytes in use.
-struct Counting;
-
-static IN_USE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is forwarded to `System` with the caller's arguments; the counter
-// has no effect on the allocations.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            IN_USE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) };
-        IN_USE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            IN_USE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            IN_USE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        }
-        p
-    }
-}
+use tensor_lifetime_test_support::alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 const EPOCHS: usize = 10;
 const STEPS: usize = 100_000;
@@ -66,7 +23,7 @@ const WINDOW: usize = 8;
 
 /// Heap bytes in use now.
 fn heap() -> i64 {
-    IN_USE.load(Ordering::Relaxed)
+    live_bytes() as i64
 }
 
 #[tensor_lifetime::track]
@@ -105,9 +62,9 @@ fn a_million_iterations_keep_tracker_memory_flat() {
         .sum();
     assert_eq!(iterations, (EPOCHS * STEPS + EPOCHS) as u64);
     let totals = tensor_lifetime::site_totals();
-    let x = totals.iter().find(|(s, _, _)| s.label == "x").unwrap();
+    let x = totals.iter().find(|t| t.site.label == "x").unwrap();
     assert_eq!(
-        (x.1, x.2),
+        (x.born, x.dropped),
         ((EPOCHS * STEPS) as u64, (EPOCHS * STEPS) as u64)
     );
 

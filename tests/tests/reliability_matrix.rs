@@ -1,9 +1,9 @@
-//! The reliability matrix: twelve leaky and eight clean training loops, each a small but
+//! The reliability matrix: fifteen leaky and fifteen clean training loops, each a small but
 //! realistic `#[track]`ed function, each judged in its own leak session
 //! (`check_leaks`), with the expected outcome asserted: every leak found at its site
 //! (file, line, label), with its kind and its bytes; no `leak` finding (and no tensor
 //! left alive) for the clean ones. `matrix_of_leaks_and_clean_loops` prints the summary
-//! line (`matrix (seed ...): 12/12 leaks found, 0/8 false alarms`).
+//! line (`matrix (seed ...): 15/15 leaks found, 0/15 false alarms`).
 //!
 //! Seeded: one seed (`SEED`, or `TL_MATRIX_SEED` to try another) draws each case's batch
 //! rows and step count; the data is built from the step index, not from candle's
@@ -25,6 +25,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
+use tensor_lifetime_test_support::serial;
 use tensor_lifetime_tests::line_of;
 
 const SOURCE: &str = include_str!("reliability_matrix.rs");
@@ -652,13 +653,215 @@ pub fn c8_early_stopping(p: Params) -> Result<usize> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The matrix.
+// Shapes of real training code (issue 15): construction loops, bounded buffers, stores
+// through user types, decoding with and without a kept cache.
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// One attention head's causal mask.
+#[derive(Debug)]
+pub struct Head {
+    pub tril: Tensor,
 }
+
+#[tensor_lifetime::track]
+impl Head {
+    pub fn new(block: usize) -> Result<Self> {
+        let tril = Tensor::tril2(block, DType::F32, &Device::Cpu)?;
+        Ok(Self { tril })
+    }
+}
+
+/// C9-C11: a model built layer by layer in a loop, kept in the returned `Vec`: the loop's
+/// product, not a leak, whatever the number of layers.
+#[tensor_lifetime::track]
+pub fn build_heads(n: usize, block: usize) -> Result<Vec<Box<Head>>> {
+    let mut heads = Vec::with_capacity(n);
+    for _ in 0..n {
+        heads.push(Box::new(Head::new(block)?));
+    }
+    Ok(heads)
+}
+
+/// Builds the model, then trains: the heads live through the whole run.
+#[tensor_lifetime::track]
+pub fn c_construction(p: Params, layers: usize) -> Result<f32> {
+    let heads = build_heads(layers, p.rows)?;
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut last = 0.0;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        last = loss.to_scalar::<f32>()? + heads[step % layers].tril.dims()[0] as f32;
+    }
+    Ok(last)
+}
+
+/// A transition of a reinforcement-learning agent.
+#[derive(Debug)]
+pub struct Transition {
+    pub state: Tensor,
+    pub action: u32,
+}
+
+impl Transition {
+    pub fn new(state: Tensor, action: u32) -> Transition {
+        Transition { state, action }
+    }
+}
+
+/// A replay buffer that evicts its oldest transition when full.
+#[derive(Debug)]
+pub struct ReplayBuffer {
+    pub buffer: VecDeque<Transition>,
+    pub capacity: usize,
+}
+
+#[tensor_lifetime::track]
+impl ReplayBuffer {
+    pub fn add(&mut self, state: Tensor, action: u32) {
+        if self.buffer.len() >= self.capacity {
+            self.buffer.pop_front();
+        }
+        self.buffer.push_back(Transition::new(state, action));
+    }
+}
+
+/// C12, C13: transitions pushed into a replay buffer of `capacity`, below or above it.
+#[tensor_lifetime::track]
+pub fn c_replay(p: Params, capacity: usize, steps: usize) -> Result<usize> {
+    let mut replay = ReplayBuffer {
+        buffer: VecDeque::new(),
+        capacity,
+    };
+    for step in 0..steps {
+        let (x, _y) = batch(&p, step)?;
+        let state = x.mean(0)?;
+        replay.add(state, (step % CLASSES) as u32);
+    }
+    Ok(replay.buffer.len() + replay.buffer.back().map_or(0, |t| t.action as usize))
+}
+
+/// C14: an L-BFGS-style history of (s, y) pairs capped at `memory` pairs.
+#[derive(Debug)]
+pub struct History {
+    pub pairs: VecDeque<(Tensor, Tensor)>,
+    pub memory: usize,
+}
+
+#[tensor_lifetime::track]
+impl History {
+    pub fn remember(&mut self, sk: Tensor, yk: Tensor) {
+        self.pairs.push_back((sk, yk));
+        if self.pairs.len() > self.memory {
+            self.pairs.pop_front();
+        }
+    }
+}
+
+#[tensor_lifetime::track]
+pub fn c_optimizer_history(p: Params, memory: usize) -> Result<f32> {
+    let w = Var::new(&[0f32, 1.0, 2.0, 5.0], &Device::Cpu)?;
+    let mut history = History {
+        pairs: VecDeque::new(),
+        memory,
+    };
+    let mut prev: Option<(Tensor, Tensor)> = None;
+    for _step in 0..p.steps * 4 {
+        let loss = (w.as_tensor() - 3.0)?.sqr()?.sum_all()?;
+        let grads = loss.backward()?;
+        let g = grads.get(&w).expect("a gradient").clone();
+        let wk = w.as_tensor().clone();
+        if let Some((w_prev, g_prev)) = prev.take() {
+            let sk = (&wk - &w_prev)?;
+            let yk = (&g - &g_prev)?;
+            history.remember(sk, yk);
+        }
+        w.set(&(&wk - (&g * 0.1)?)?)?;
+        prev = Some((wk.copy()?, g));
+    }
+    w.as_tensor().sum_all()?.to_scalar::<f32>()
+}
+
+/// L13: transitions kept in a struct literal pushed into a list nothing trims.
+#[tensor_lifetime::track]
+pub fn l13_struct_literal_store(p: Params) -> Result<usize> {
+    let mut kept = Vec::new();
+    for step in 0..p.steps {
+        kept.push(Transition {
+            state: batch(&p, step)?.0, // matrix: L13 literal state
+            action: 0,
+        });
+    }
+    Ok(kept.len())
+}
+
+/// A log of transitions nothing trims.
+#[derive(Debug)]
+pub struct TransitionLog {
+    pub kept: Vec<Transition>,
+}
+
+#[tensor_lifetime::track]
+impl TransitionLog {
+    pub fn add(&mut self, state: Tensor) {
+        self.kept.push(Transition::new(state, 1));
+    }
+}
+
+/// L14: a transition built by a constructor and kept by a log nothing trims.
+#[tensor_lifetime::track]
+pub fn l14_constructor_store(p: Params) -> Result<usize> {
+    let mut log = TransitionLog { kept: Vec::new() };
+    for step in 0..p.steps {
+        let (state, _y) = batch(&p, step)?; // matrix: L14 constructor state
+        log.add(state);
+    }
+    Ok(log.kept.len())
+}
+
+/// Tokens a decoding request generates.
+const TOKENS: usize = 4;
+
+/// A server that decodes requests token by token with a KV cache per request.
+#[derive(Debug, Default)]
+pub struct Server {
+    /// Caches kept "for reuse" across requests: nothing ever trims them.
+    pub caches: Vec<Vec<Tensor>>,
+}
+
+#[tensor_lifetime::track]
+impl Server {
+    /// Decodes one request; keeps its cache when `keep`.
+    pub fn decode(&mut self, p: &Params, request: usize, keep: bool) -> Result<f32> {
+        let mut cache: Vec<Tensor> = Vec::new();
+        let mut out = 0.0;
+        for token in 0..TOKENS {
+            let (x, _y) = batch(p, request * TOKENS + token)?;
+            let kv = x.mean_keepdim(0)?; // matrix: L15 kv entry
+            cache.push(kv);
+            out += Tensor::cat(&cache, 0)?.sum_all()?.to_scalar::<f32>()?;
+        }
+        if keep {
+            self.caches.push(cache);
+        }
+        Ok(out)
+    }
+}
+
+/// C15 (`keep` false) and L15 (`keep` true): a request loop of decoding requests.
+#[tensor_lifetime::track]
+pub fn decoding(p: Params, keep: bool) -> Result<f32> {
+    let mut server = Server::default();
+    let mut total = 0.0;
+    for request in 0..p.steps {
+        total += server.decode(&p, request, keep)?;
+    }
+    Ok(total)
+}
+
+// ---------------------------------------------------------------------------------------
+// The matrix.
 
 /// A leak case's expected finding.
 struct Leak {
@@ -951,6 +1154,51 @@ fn leak_cases() -> Vec<(&'static str, Vec<String>)> {
         },
         run(|| l12_activation_log(p)).1,
     );
+
+    let p = params("l13");
+    record(
+        Leak {
+            name: "l13_struct_literal_store",
+            marker: "// matrix: L13 literal state",
+            label: "Transition.state",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: p.steps as u64 * batch_bytes(&p),
+            holder: Some("kept"),
+            alive_after: 0,
+        },
+        run(|| l13_struct_literal_store(p)).1,
+    );
+
+    let p = params("l14");
+    record(
+        Leak {
+            name: "l14_constructor_store",
+            marker: "// matrix: L14 constructor state",
+            label: "state",
+            kind: FindingKind::Leak,
+            survivors: p.steps as u64,
+            bytes: p.steps as u64 * batch_bytes(&p),
+            holder: Some("self.kept"),
+            alive_after: 0,
+        },
+        run(|| l14_constructor_store(p)).1,
+    );
+
+    let p = params("l15");
+    record(
+        Leak {
+            name: "l15_decoding_kept_caches",
+            marker: "// matrix: L15 kv entry",
+            label: "kv",
+            kind: FindingKind::Leak,
+            survivors: (p.steps * TOKENS) as u64,
+            bytes: (p.steps * TOKENS * FEATURES * 4) as u64,
+            holder: Some("self.caches"),
+            alive_after: 0,
+        },
+        run(|| decoding(p, true)).1,
+    );
     results
 }
 
@@ -1013,6 +1261,34 @@ fn clean_cases() -> Vec<(&'static str, Vec<String>)> {
     // Two improving epochs, then three without improvement: it stopped early.
     assert!(epochs < 3 * p.steps, "early stopping never stopped");
     record("c8_early_stopping", outcome);
+    for (name, layers) in [
+        ("c9_construction_4", 4),
+        ("c10_construction_32", 32),
+        ("c11_construction_80", 80),
+    ] {
+        let p = params(name);
+        record(name, run(|| c_construction(p, layers)).1);
+    }
+    let p = params("c12");
+    record(
+        "c12_replay_below_capacity",
+        run(|| c_replay(p, 100_000, 40 * p.steps)).1,
+    );
+    let p = params("c13");
+    record(
+        "c13_replay_above_capacity",
+        run(|| c_replay(p, 8, 40 * p.steps)).1,
+    );
+    let p = params("c14");
+    record(
+        "c14_optimizer_history",
+        run(|| c_optimizer_history(p, 100)).1,
+    );
+    let p = params("c15");
+    record(
+        "c15_decoding_per_request_cache",
+        run(|| decoding(p, false)).1,
+    );
     results
 }
 
@@ -1037,7 +1313,7 @@ fn matrix_of_leaks_and_clean_loops() {
             problems.push_str(&format!("{name}: {e}\n"));
         }
     }
-    assert!(leaks.len() >= 12 && clean.len() >= 8);
+    assert!(leaks.len() >= 15 && clean.len() >= 15);
     assert!(problems.is_empty(), "{summary}\n{problems}");
 }
 

@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{MutexGuard, OnceLock};
 use tensor_lifetime::{check_leaks, LeakTestOptions};
 use tensor_lifetime_report::event::{EventReader, ReadOutcome};
 use tensor_lifetime_report::{Analysis, Event};
@@ -17,10 +17,9 @@ use tensor_lifetime_tests::{line_of, temp_path};
 const SOURCE: &str = include_str!("reliability_panics.rs");
 
 static LOG: OnceLock<PathBuf> = OnceLock::new();
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn setup() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = tensor_lifetime_test_support::serial();
     LOG.get_or_init(|| {
         let path = temp_path("reliability_panics.jsonl");
         std::env::set_var("TENSOR_LIFETIME_LOG", &path);
@@ -189,8 +188,8 @@ fn a_panicking_loader_thread_does_not_break_the_loop() {
     assert_eq!(seen, 12);
     let totals: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .filter(|(s, _, _)| s.label == "loaded_before_panic")
-        .map(|(_, born, dropped)| (born, dropped))
+        .filter(|t| t.site.label == "loaded_before_panic")
+        .map(|t| (t.born, t.dropped))
         .collect();
     assert_eq!(totals, [(3, 3)]);
 }

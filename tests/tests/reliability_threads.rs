@@ -11,17 +11,16 @@ use candle_core::{Device, Result, Tensor};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, Barrier, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, Barrier, MutexGuard, OnceLock};
 use tensor_lifetime_report::event::{EventReader, ReadOutcome};
 use tensor_lifetime_report::Event;
 use tensor_lifetime_tests::temp_path;
 
 static LOG: OnceLock<PathBuf> = OnceLock::new();
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Sets the environment before the first tracked tensor of the process; takes the lock.
 fn setup() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = tensor_lifetime_test_support::serial();
     LOG.get_or_init(|| {
         let path = temp_path("reliability_threads.jsonl");
         std::env::set_var("TENSOR_LIFETIME_LOG", &path);
@@ -36,8 +35,8 @@ fn setup() -> MutexGuard<'static, ()> {
 fn totals(label: &str) -> (u64, u64) {
     tensor_lifetime::site_totals()
         .into_iter()
-        .filter(|(s, _, _)| s.label == label)
-        .fold((0, 0), |(b, d), (_, born, dropped)| (b + born, d + dropped))
+        .filter(|t| t.site.label == label)
+        .fold((0, 0), |(b, d), t| (b + t.born, d + t.dropped))
 }
 
 /// Reads the event log: per creation-site label, `born` and `dropped` events; checks that
@@ -130,7 +129,7 @@ fn loader_thread_and_rayon_workers_while_the_loop_runs() {
     // which thread's buffer is drained first.
     let all: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .map(|(s, b, d)| (s.label, s.line, b, d))
+        .map(|t| (t.site.label, t.site.line, t.born, t.dropped))
         .collect();
     assert_eq!(totals("loaded"), (STEPS as u64, STEPS as u64), "{all:?}");
     let workers = (STEPS * PER_STEP) as u64;

@@ -8,22 +8,6 @@ use candle_core::{DType, Device, Result, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// Emits the items twice: in `plain` as written, in `tracked` with `#[track]`.
-macro_rules! twice {
-    ($($item:item)*) => {
-        #[allow(dead_code)]
-        mod plain {
-            use super::*;
-            $($item)*
-        }
-        #[allow(dead_code)]
-        mod tracked {
-            use super::*;
-            $(#[tensor_lifetime::track] $item)*
-        }
-    };
-}
-
 thread_local! {
     static LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
@@ -58,7 +42,7 @@ pub fn ones(n: usize) -> Result<Tensor> {
     Tensor::ones(n, DType::F32, &Device::Cpu)
 }
 
-twice! {
+tensor_lifetime_test_support::twice! {
     /// Bindings drop in reverse order, loop items at the end of their iteration, and
     /// `let x = &make()` extends the temporary to the end of the block.
     pub fn drop_order() {

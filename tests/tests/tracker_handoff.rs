@@ -6,7 +6,6 @@
 
 use candle_core::{DType, Device, Tensor};
 use std::sync::mpsc;
-use tensor_lifetime::site;
 
 fn creation_site(t: &Tensor, live: &[tensor_lifetime::LiveTensor]) -> &'static str {
     // Live tensors are listed with their creation sites; match by storage size (each
@@ -24,21 +23,21 @@ fn handed_off_tensors_keep_the_site_of_the_thread_that_made_them() {
     tensor_lifetime::init().expect("tracking is on");
     // This thread probes alone first.
     let made_here = Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap();
-    tensor_lifetime::probe::tag(&made_here, site!("made_here"));
+    tensor_lifetime::tag!(made_here, "made_here");
 
     // A second thread: tags what it was given, makes a tensor and hands it back.
     let (tx, rx) = mpsc::channel();
     let given = made_here.clone();
     let worker = std::thread::spawn(move || {
-        tensor_lifetime::probe::tag(&given, site!("seen_by_worker"));
+        tensor_lifetime::tag!(given, "seen_by_worker");
         let made_there = Tensor::zeros(5, DType::F32, &Device::Cpu).unwrap();
-        tensor_lifetime::probe::tag(&made_there, site!("made_by_worker"));
+        tensor_lifetime::tag!(made_there, "made_by_worker");
         tx.send(made_there).unwrap();
         given
     });
     let received = rx.recv().unwrap();
     // Seen here after the worker made it: an alias, not its birth.
-    tensor_lifetime::probe::tag(&received, site!("received_here"));
+    tensor_lifetime::tag!(received, "received_here");
     let given_back = worker.join().unwrap();
 
     // Nothing was drained until now: the drain orders all four probes.

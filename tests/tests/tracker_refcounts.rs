@@ -15,7 +15,7 @@ fn live_for(label: &str) -> Vec<tensor_lifetime::LiveTensor> {
 fn refcounts_drops_and_views() {
     std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
     let a = Tensor::zeros((32, 32), DType::F32, &Device::Cpu).unwrap();
-    tensor_lifetime::probe::tag(&a, site!("a"));
+    tensor_lifetime::__private::tag(&a, site!("a"));
     let live = live_for("a");
     assert_eq!(live.len(), 1);
     assert_eq!(live[0].refcount, 1);
@@ -24,7 +24,7 @@ fn refcounts_drops_and_views() {
     // Clones raise the count; a clone is the same tensor (an alias), not a new record.
     let a2 = a.clone();
     let a3 = a.clone();
-    tensor_lifetime::probe::tag(&a2, site!("a2"));
+    tensor_lifetime::__private::tag(&a2, site!("a2"));
     assert_eq!(live_for("a")[0].refcount, 3);
     assert!(live_for("a2").is_empty(), "a clone keeps its creation site");
     drop(a3);
@@ -32,7 +32,7 @@ fn refcounts_drops_and_views() {
 
     // Views share the storage: bytes are counted once, by the oldest live record.
     let row = a.narrow(0, 0, 1).unwrap();
-    tensor_lifetime::probe::tag(&row, site!("row"));
+    tensor_lifetime::__private::tag(&row, site!("row"));
     let report = tensor_lifetime::report();
     assert_eq!(report.live_tensors, 2);
     assert_eq!(report.live_bytes, 32 * 32 * 4);
@@ -57,7 +57,7 @@ fn refcounts_drops_and_views() {
     assert_eq!(report.live_bytes, 0);
     let totals: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .map(|(s, born, dropped)| (s.label, born, dropped))
+        .map(|t| (t.site.label, t.born, t.dropped))
         .collect();
     assert!(totals.contains(&("a", 1, 1)), "{totals:?}");
     assert!(totals.contains(&("row", 1, 1)), "{totals:?}");

@@ -20,9 +20,9 @@ fn concurrent_tagging_is_exact() {
                 let mut kept = Vec::new();
                 for i in 0..PER_THREAD {
                     let t = Tensor::zeros(16, DType::F32, &Device::Cpu).unwrap();
-                    tensor_lifetime::probe::tag(&t, site!("worker_tensor"));
+                    tensor_lifetime::__private::tag(&t, site!("worker_tensor"));
                     // A second tag of the same tensor is an alias, never a second record.
-                    tensor_lifetime::probe::tag(&t, site!("alias"));
+                    tensor_lifetime::__private::tag(&t, site!("alias"));
                     if i % KEPT_EVERY == 0 {
                         kept.push(t);
                     }
@@ -44,7 +44,7 @@ fn concurrent_tagging_is_exact() {
     assert_eq!(report.live_bytes, expected_live as u64 * 64);
     let totals: Vec<_> = tensor_lifetime::site_totals()
         .into_iter()
-        .map(|(s, born, dropped)| (s.label, born, dropped))
+        .map(|t| (t.site.label, t.born, t.dropped))
         .collect();
     let born = (THREADS * PER_THREAD) as u64;
     assert_eq!(

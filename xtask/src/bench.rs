@@ -10,7 +10,18 @@
 //! threads spin for a time that depends on scheduling): each variant runs `--warmup 1`
 //! with 2 and with 6 measured steps,
 //! and the difference divided by 4 is the cost of one step, start-up excluded. The
-//! hot-path micro-benchmarks are criterion's: `cargo bench -p tensor-lifetime --bench
+//! `log` variant is the tracked loop writing the event log (`TENSOR_LIFETIME_LOG`).
+//!
+//! The rollout loop (an epoch of N inner steps, each keeping one tensor until the epoch
+//! ends) runs for each N of `--rollout 1000,10000,100000`: instructions of one epoch
+//! (callgrind, `--warmup 1` with 2 and with 1 measured epochs, the difference) for
+//! untracked, tracked and log, while N is at most `--callgrind-max` (1 000); above it the
+//! epoch is timed natively (process CPU time, median of 3 epochs), while N is at most
+//! `--native-max` (10 000); larger N are skipped. (Before issue 16 the tracker's cost
+//! grew with the square of N: a tracked epoch of 10 000 steps took about 9 s natively,
+//! one of 100 000 would take about 15 minutes.)
+//!
+//! The hot-path micro-benchmarks are criterion's: `cargo bench -p tensor-lifetime --bench
 //! hot_paths`.
 
 use crate::util::{root, run_cmd};
@@ -33,6 +44,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut compare: Vec<String> = vec!["compare".into()];
     let mut memory: Vec<String> = vec!["memory".into()];
     let mut skip_callgrind = false;
+    let mut rollout_steps = vec![1_000u64, 10_000, 100_000];
+    let mut callgrind_max = 1_000u64;
+    let mut native_max = 10_000u64;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -42,6 +56,23 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             "--no-dhat" => compare.push(a.clone()),
             "--no-callgrind" => skip_callgrind = true,
+            "--rollout" => {
+                rollout_steps = crate::util::flag_value(a, &mut it)?
+                    .split(',')
+                    .map(|n| n.trim().replace('_', "").parse())
+                    .collect::<Result<_, _>>()
+                    .context("--rollout needs numbers separated by commas")?
+            }
+            "--callgrind-max" | "--native-max" => {
+                let n = crate::util::flag_value(a, &mut it)?
+                    .parse()
+                    .with_context(|| format!("{a} needs a number"))?;
+                if a == "--callgrind-max" {
+                    callgrind_max = n
+                } else {
+                    native_max = n
+                }
+            }
             "--records" | "--iterations" => {
                 memory.push(a.clone());
                 memory.push(crate::util::flag_value(a, &mut it)?);
@@ -49,7 +80,7 @@ pub fn run(args: &[String]) -> Result<()> {
             other => anyhow::bail!(
                 "bench: unknown option `{other}` (options: --rounds N --small-steps N \
                  --mlp-steps N --device cpu|cuda --no-dhat --no-callgrind --records N \
-                 --iterations N)"
+                 --iterations N --rollout N,N,... --callgrind-max N --native-max N)"
             ),
         }
     }
@@ -57,11 +88,30 @@ pub fn run(args: &[String]) -> Result<()> {
     if !skip_callgrind {
         instructions(&exe)?;
     }
+    let callgrind_max = if skip_callgrind { 0 } else { callgrind_max };
+    rollout(&exe, &rollout_steps, callgrind_max, native_max)?;
     run_cmd(Command::new(&exe).args(&memory))
 }
 
+/// How a variant's process is run: the tracked binary with tracking off, or with the
+/// event log written (to a temporary file, removed after the run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Off,
+    Log,
+}
+
+/// The variants whose instructions are counted: name, `bench_loops run` variant, mode.
+const VARIANTS: [(&str, &str, Mode); 4] = [
+    ("untracked", "plain", Mode::Plain),
+    ("tracked", "tracked", Mode::Plain),
+    ("off", "tracked", Mode::Off),
+    ("log", "tracked", Mode::Log),
+];
+
 /// Instructions executed by `bench_loops run <args>` under callgrind.
-fn callgrind_ir(exe: &Path, args: &[&str], off: bool) -> Result<u64> {
+fn callgrind_ir(exe: &Path, args: &[&str], mode: Mode) -> Result<u64> {
     let out_file = std::env::temp_dir().join(format!("tl-callgrind-{}", std::process::id()));
     let mut cmd = Command::new("valgrind");
     cmd.arg("--tool=callgrind")
@@ -72,11 +122,19 @@ fn callgrind_ir(exe: &Path, args: &[&str], off: bool) -> Result<u64> {
         // One compute thread: idle worker threads spin for a scheduling-dependent time,
         // which would make the counts differ from run to run.
         .env("RAYON_NUM_THREADS", "1");
-    if off {
-        cmd.env("TENSOR_LIFETIME", "off");
+    let log_file = std::env::temp_dir().join(format!("tl-bench-log-{}", std::process::id()));
+    match mode {
+        Mode::Plain => {}
+        Mode::Off => {
+            cmd.env("TENSOR_LIFETIME", "off");
+        }
+        Mode::Log => {
+            cmd.env("TENSOR_LIFETIME_LOG", &log_file);
+        }
     }
     let out = cmd.output().context("cannot run valgrind")?;
     let _ = std::fs::remove_file(&out_file);
+    let _ = std::fs::remove_file(&log_file);
     let stderr = String::from_utf8_lossy(&out.stderr);
     stderr
         .lines()
@@ -98,16 +156,12 @@ fn instructions(exe: &Path) -> Result<()> {
     );
     for workload in ["small", "mlp"] {
         let mut base = 0f64;
-        for (name, mode, off) in [
-            ("untracked", "plain", false),
-            ("tracked", "tracked", false),
-            ("off", "tracked", true),
-        ] {
+        for (name, variant, mode) in VARIANTS {
             let ir = |steps: &str| {
                 callgrind_ir(
                     exe,
-                    &["run", workload, mode, "--warmup", "1", "--steps", steps],
-                    off,
+                    &["run", workload, variant, "--warmup", "1", "--steps", steps],
+                    mode,
                 )
             };
             let per_step = (ir("6")?.saturating_sub(ir("2")?)) as f64 / 4.0;
@@ -124,6 +178,81 @@ fn instructions(exe: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The rollout loop at each N: instructions of one epoch under callgrind while N is at
+/// most `callgrind_max`, process CPU time of one epoch (median of 3) above it up to
+/// `native_max`.
+fn rollout(exe: &Path, steps: &[u64], callgrind_max: u64, native_max: u64) -> Result<()> {
+    let callgrind = Command::new("valgrind").arg("--version").output().is_ok();
+    println!("rollout loop: an epoch of N inner steps, one tensor per step kept until its end");
+    println!(
+        "{:<8} {:<10} {:>16} {:>13}",
+        "N", "variant", "per epoch", "vs untracked"
+    );
+    for &n in steps {
+        if n > callgrind_max.max(native_max) {
+            println!("{n:<8} skipped (above --callgrind-max and --native-max)");
+            continue;
+        }
+        let n_arg = n.to_string();
+        let mut base = 0f64;
+        for (name, variant, mode) in VARIANTS {
+            if mode == Mode::Off {
+                continue;
+            }
+            let (value, unit) = if callgrind && n <= callgrind_max {
+                let ir = |epochs: &str| {
+                    callgrind_ir(
+                        exe,
+                        &[
+                            "run", "rollout", variant, "--steps", &n_arg, "--warmup", "1",
+                            "--epochs", epochs,
+                        ],
+                        mode,
+                    )
+                };
+                ((ir("2")?.saturating_sub(ir("1")?)) as f64, "instr")
+            } else {
+                (
+                    rollout_cpu_ns(exe, variant, &n_arg, mode)? as f64 / 1e6,
+                    "ms cpu",
+                )
+            };
+            if name == "untracked" {
+                base = value;
+            }
+            println!(
+                "{:<8} {:<10} {:>16} {:>13.4}",
+                n,
+                name,
+                format!("{value:.0} {unit}"),
+                value / base
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Median process CPU time of a rollout epoch of `n` steps (3 epochs, no warm-up: at the
+/// sizes timed natively the first epoch's start-up is small beside the epoch).
+fn rollout_cpu_ns(exe: &Path, variant: &str, n: &str, mode: Mode) -> Result<u64> {
+    let log_file = std::env::temp_dir().join(format!("tl-bench-log-{}", std::process::id()));
+    let mut cmd = Command::new(exe);
+    cmd.args(["run", "rollout", variant, "--steps", n])
+        .args(["--warmup", "0", "--epochs", "3"])
+        .env("TENSOR_LIFETIME_REPORT", "off")
+        .env("RAYON_NUM_THREADS", "1");
+    if mode == Mode::Log {
+        cmd.env("TENSOR_LIFETIME_LOG", &log_file);
+    }
+    let out = cmd.output().context("cannot run bench_loops")?;
+    let _ = std::fs::remove_file(&log_file);
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("median_ns "))
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("rollout {variant} {n}: no time: {text}"))
 }
 
 /// Functions whose instruction counts depend on the random values of a run (the small

@@ -5,8 +5,8 @@ mod common;
 
 use common::{transcript, Logs};
 use insta::assert_snapshot;
-use tensor_lifetime_report::trace::check_trace;
 use tensor_lifetime_report::Report;
+use tensor_lifetime_test_support::trace_check::check_trace;
 
 #[test]
 fn help_names_every_command_with_examples() {

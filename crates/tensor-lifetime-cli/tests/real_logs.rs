@@ -103,7 +103,7 @@ fn main() {
         );
         let text = std::fs::read_to_string(&trace).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        tensor_lifetime_report::trace::check_trace(&value).expect("a valid trace");
+        tensor_lifetime_test_support::trace_check::check_trace(&value).expect("a valid trace");
     });
     println!(
         "\ntest result: {}. {passed} passed; {failed} failed",

@@ -172,8 +172,9 @@ fn parse_allow(value: &Expr) -> syn::Result<Vec<LitStr>> {
 /// `"1 MiB"` or an integer number of bytes.
 fn parse_bytes(value: &Expr) -> syn::Result<u64> {
     match lit(value) {
-        Some(Lit::Str(s)) => tensor_lifetime_report::size::parse_size(&s.value())
-            .map_err(|e| syn::Error::new(s.span(), e.to_string())),
+        Some(Lit::Str(s)) => {
+            crate::size::parse_size(&s.value()).map_err(|e| syn::Error::new(s.span(), e))
+        }
         Some(Lit::Int(i)) => i.base10_parse::<u64>(),
         _ => Err(syn::Error::new(
             value.span(),

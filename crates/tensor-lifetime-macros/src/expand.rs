@@ -29,12 +29,13 @@
 use crate::attr::{self, Errors, LeakTestArgs};
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
+use std::collections::BTreeMap;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
     parse_quote, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem, Item, ItemFn, Pat,
-    ReturnType, Stmt,
+    ReturnType, Stmt, TraitItem,
 };
 
 /// `#[track]`: instruments a function or every method of an impl block.
@@ -51,12 +52,12 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
         }
     };
     let mut item = match item {
-        Item::Fn(_) | Item::Impl(_) => item,
+        Item::Fn(_) | Item::Impl(_) | Item::Trait(_) => item,
         other => {
             errors.push(wrong_item(
                 &other,
                 "#[track]",
-                "a function or an impl block",
+                "a function, an impl block or a trait",
             ));
             return with_errors(input, errors);
         }
@@ -70,10 +71,16 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
     match &mut item {
         Item::Fn(f) => {
             let name = f.sig.ident.to_string();
-            instrument_fn(name, &f.sig, &mut f.block);
+            instrument_fn(name, None, &Evictions::default(), &f.sig, &mut f.block);
         }
         Item::Impl(imp) => {
             let self_name = type_name(&imp.self_ty);
+            // `self.buffer.pop_front()` in one method bounds `self.buffer.push_back(..)`
+            // in another.
+            let shared = Evictions::of_self(imp.items.iter().filter_map(|i| match i {
+                ImplItem::Fn(f) => Some(&f.block),
+                _ => None,
+            }));
             for impl_item in &mut imp.items {
                 if let ImplItem::Fn(f) = impl_item {
                     // The impl's attribute covers its methods: a method's own `#[track]`
@@ -83,7 +90,24 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
                         Some(ty) => format!("{ty}::{}", f.sig.ident),
                         None => f.sig.ident.to_string(),
                     };
-                    instrument_fn(name, &f.sig, &mut f.block);
+                    instrument_fn(name, self_name.clone(), &shared, &f.sig, &mut f.block);
+                }
+            }
+        }
+        // A trait's default methods (the others have no body).
+        Item::Trait(tr) => {
+            let trait_name = tr.ident.to_string();
+            let shared = Evictions::of_self(tr.items.iter().filter_map(|i| match i {
+                TraitItem::Fn(f) => f.default.as_ref(),
+                _ => None,
+            }));
+            for trait_item in &mut tr.items {
+                if let TraitItem::Fn(f) = trait_item {
+                    f.attrs.retain(|a| !is_track_attr(a));
+                    if let Some(block) = &mut f.default {
+                        let name = format!("{trait_name}::{}", f.sig.ident);
+                        instrument_fn(name, None, &shared, &f.sig, block);
+                    }
                 }
             }
         }
@@ -124,7 +148,13 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         return quote!(#[::core::prelude::v1::test] #func);
     }
     let name = func.sig.ident.to_string();
-    instrument_fn(name.clone(), &func.sig, &mut func.block);
+    instrument_fn(
+        name.clone(),
+        None,
+        &Evictions::default(),
+        &func.sig,
+        &mut func.block,
+    );
     let ItemFn {
         attrs,
         vis,
@@ -248,14 +278,26 @@ fn type_name(ty: &syn::Type) -> Option<String> {
 }
 
 /// Instruments one function body in place (nothing for a `const fn`: probes are not
-/// `const`).
-fn instrument_fn(function: String, sig: &syn::Signature, block: &mut Block) {
+/// `const`). `self_type` names `Self` in struct literals; `shared` are the evictions of
+/// `self.` containers seen in the other methods of the same impl or trait.
+fn instrument_fn(
+    function: String,
+    self_type: Option<String>,
+    shared: &Evictions,
+    sig: &syn::Signature,
+    block: &mut Block,
+) {
     if sig.constness.is_some() {
         return;
     }
+    let mut evictions = Evictions::of(block);
+    evictions.merge(shared);
     let mut v = Instrument {
         function,
         in_async: sig.asyncness.is_some(),
+        self_type,
+        evictions,
+        returned: returned_locals(block),
     };
     v.visit_block_mut(block);
 }
@@ -286,6 +328,12 @@ struct Instrument {
     function: String,
     /// Inside an `async fn` or `async` block (loops that await get no scope).
     in_async: bool,
+    /// The impl's type, for `Self { .. }` in struct-literal labels.
+    self_type: Option<String>,
+    /// Containers the code trims, by receiver text: their stores are bounded.
+    evictions: Evictions,
+    /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
+    returned: Vec<String>,
 }
 
 /// A generated local, invisible to user code (`Span::mixed_site`).
@@ -297,6 +345,11 @@ impl Instrument {
     /// `&'static Site` for the user's token at `span`: a `static` in a block, with
     /// `file!()`/`line!()`/`column!()` spanned at that token so they name its place.
     fn site(&self, span: Span, label: &str, kind: Kind) -> TokenStream {
+        self.site_with(span, label, kind, TokenStream::new())
+    }
+
+    /// A site with a builder call appended (`.evicted_at(..)`, `.fills(..)`).
+    fn site_with(&self, span: Span, label: &str, kind: Kind, extra: TokenStream) -> TokenStream {
         let function = &self.function;
         let kind = kind.ident();
         let file = quote_spanned!(span=> ::core::file!());
@@ -308,9 +361,21 @@ impl Instrument {
                 ::tensor_lifetime::__private::Site::new(
                     #file, #line, #column, #module, #function, #label,
                     ::tensor_lifetime::__private::SiteKind::#kind,
-                );
+                ) #extra;
             &__TL_SITE
         }}
+    }
+
+    /// A store site into `label`; bounded (`.evicted_at(line, call)`) when the code also
+    /// trims that container.
+    fn store_site(&self, span: Span, label: &str) -> TokenStream {
+        match self.evictions.0.get(label) {
+            Some((at, call)) => {
+                let line = quote_spanned!(*at=> ::core::line!());
+                self.site_with(span, label, Kind::Store, quote!(.evicted_at(#line, #call)))
+            }
+            None => self.site(span, label, Kind::Store),
+        }
     }
 
     /// `tag(&ident, SITE);` for each identifier bound by `pat`.
@@ -339,7 +404,7 @@ impl Instrument {
                     return;
                 }
                 if let Some(receiver) = store_place(&a.left) {
-                    let site = self.site(a.left.span(), &compact(&receiver), Kind::Store);
+                    let site = self.store_site(a.left.span(), &compact(&receiver));
                     let right = &a.right;
                     a.right = parse_quote!(::tensor_lifetime::__private::stored(#right, #site));
                     return;
@@ -396,7 +461,7 @@ impl Instrument {
                 if is_pure_place(&call.receiver) {
                     let receiver = call.receiver.clone();
                     let label = compact(&holder(&receiver));
-                    let site = self.site(call.method.span(), &label, Kind::Store);
+                    let site = self.store_site(call.method.span(), &label);
                     let result = local("__tl_result");
                     *expr = parse_quote!({
                         #[allow(clippy::let_unit_value)]
@@ -417,16 +482,71 @@ impl Instrument {
             (receiver, _) => receiver,
         };
         let label = compact(&holder(receiver));
-        let site = self.site(call.method.span(), &label, Kind::Store);
+        let site = self.store_site(call.method.span(), &label);
         let arg = &mut call.args[index];
         if diverges(arg) {
             return;
         }
-        *arg = parse_quote!(::tensor_lifetime::__private::stored(#arg, #site));
+        // The tensors inside a value of a user type (`Transition::new(state, ..)`,
+        // `Box::new(Head { tril })`) are stored too: named ones are probed by reference
+        // before the value is built (they are moved into it), new ones in place.
+        let site_var = local("__tl_site");
+        let mut before = Vec::new();
+        if inner_stores(arg, &site_var, &mut before) || !before.is_empty() {
+            *arg = parse_quote!({
+                let #site_var: &'static ::tensor_lifetime::__private::Site = #site;
+                #(::tensor_lifetime::__private::store(&#before, #site_var);)*
+                ::tensor_lifetime::__private::stored(#arg, #site_var)
+            });
+        } else {
+            *arg = parse_quote!(::tensor_lifetime::__private::stored(#arg, #site));
+        }
+    }
+
+    /// `Type { field: EXPR }`: the field's value is tagged at the field (label
+    /// `Type.field`), so a tensor that only ever lives in a struct is seen. Named values
+    /// (`Head { tril }`) were tagged where they were bound.
+    fn struct_fields(&mut self, expr: &mut Expr) {
+        let Expr::Struct(st) = expr else {
+            return;
+        };
+        let ty = st
+            .path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default();
+        let ty = match (ty.as_str(), &self.self_type) {
+            ("Self", Some(own)) => own.clone(),
+            _ => ty,
+        };
+        for field in st.fields.iter_mut() {
+            if !worth_tagging(&field.expr) {
+                continue;
+            }
+            let member = match &field.member {
+                syn::Member::Named(ident) => ident.to_string(),
+                syn::Member::Unnamed(index) => index.index.to_string(),
+            };
+            let label = format!("{ty}.{member}");
+            let site = self.site(field.expr.span(), &label, Kind::Binding);
+            let value = &field.expr;
+            field.expr = parse_quote!(::tensor_lifetime::__private::tagged(#value, #site));
+            field.colon_token.get_or_insert_with(Default::default);
+        }
     }
 
     /// `for`, `while`, `loop`: a loop scope around, an iteration guard inside.
     fn instrument_loop(&mut self, expr: &mut Expr) {
+        // A labeled loop (`'epoch`, `'step`) is named as a phase of a run: never taken
+        // for a construction loop.
+        let labeled = match &*expr {
+            Expr::ForLoop(f) => f.label.is_some(),
+            Expr::While(w) => w.label.is_some(),
+            Expr::Loop(l) => l.label.is_some(),
+            _ => false,
+        };
+        let fills = fills_returned(expr, &self.returned).filter(|_| !labeled);
         visit_mut::visit_expr_mut(self, expr);
         if self.in_async && contains_await(expr) {
             return;
@@ -443,7 +563,10 @@ impl Instrument {
             Some(l) => (l.name.to_string(), l.name.apostrophe),
             None => (String::new(), keyword_span),
         };
-        let site = self.site(span, &name, Kind::Loop);
+        let site = match fills {
+            Some(holder) => self.site_with(span, &name, Kind::Loop, quote!(.fills(#holder))),
+            None => self.site(span, &name, Kind::Loop),
+        };
         // A label now also names the loop scope: it is used even if no `break` names it.
         let allow = label.as_ref().map(|_| quote!(#[allow(unused_labels)]));
         let enter = quote!(let #scope = ::tensor_lifetime::__private::enter_loop(#site););
@@ -555,6 +678,34 @@ impl VisitMut for Instrument {
                 visit_mut::visit_expr_method_call_mut(self, call);
                 self.method_store(expr);
             }
+            Expr::Struct(st) => {
+                visit_mut::visit_expr_struct_mut(self, st);
+                self.struct_fields(expr);
+            }
+            // `if let P = e { .. }`: P's bindings are tagged at the start of the branch.
+            Expr::If(i) => {
+                visit_mut::visit_expr_if_mut(self, i);
+                let mut pats = Vec::new();
+                let_patterns(&i.cond, &mut pats);
+                let tags: Vec<Stmt> = pats
+                    .into_iter()
+                    .flat_map(|p| self.binding_tags(p, &[]))
+                    .collect();
+                i.then_branch.stmts.splice(0..0, tags);
+            }
+            // A `match` arm's bindings are tagged before its body.
+            Expr::Match(m) => {
+                visit_mut::visit_expr_match_mut(self, m);
+                for arm in &mut m.arms {
+                    let tags = self.binding_tags(&arm.pat, &[]);
+                    if tags.is_empty() || diverges(&arm.body) {
+                        continue;
+                    }
+                    let body = &arm.body;
+                    arm.body = Box::new(parse_quote!({ #(#tags)* #body }));
+                    arm.comma.get_or_insert_with(Default::default);
+                }
+            }
             Expr::Repeat(r) => self.visit_expr_mut(&mut r.expr),
             _ => visit_mut::visit_expr_mut(self, expr),
         }
@@ -566,6 +717,298 @@ impl VisitMut for Instrument {
     fn visit_pat_mut(&mut self, _: &mut Pat) {}
     fn visit_type_mut(&mut self, _: &mut syn::Type) {}
     fn visit_macro_mut(&mut self, _: &mut syn::Macro) {}
+}
+
+/// Methods that take elements out of a container: a container the code trims with one
+/// of them is bounded.
+const EVICTING: &[&str] = &[
+    "pop_front",
+    "pop_back",
+    "pop",
+    "pop_first",
+    "pop_last",
+    "truncate",
+    "remove",
+    "remove_entry",
+    "swap_remove",
+    "drain",
+    "clear",
+    "retain",
+    "retain_mut",
+    "split_off",
+];
+
+/// Containers that tracked code trims, by receiver text (`self.buffer`, as store labels
+/// spell it): the first trimming call's span (its line is named) and what it is.
+#[derive(Default, Clone)]
+struct Evictions(BTreeMap<String, (Span, String)>);
+
+impl Evictions {
+    /// The trims in one body.
+    fn of(block: &Block) -> Evictions {
+        struct Finder(Evictions);
+        impl<'a> Visit<'a> for Finder {
+            fn visit_expr_method_call(&mut self, call: &'a ExprMethodCall) {
+                let method = call.method.to_string();
+                if EVICTING.contains(&method.as_str()) {
+                    self.0
+                        .note(compact(&holder(&call.receiver)), call.method.span(), method);
+                }
+                syn::visit::visit_expr_method_call(self, call);
+            }
+            fn visit_expr_assign(&mut self, a: &'a syn::ExprAssign) {
+                // `self.buffer = VecDeque::new()`: a new container replaces the old.
+                if is_pure_place(&a.left) && is_new_container(&a.right) {
+                    let call = format!("= {}", compact(&a.right));
+                    self.0.note(compact(&a.left), a.left.span(), call);
+                }
+                syn::visit::visit_expr_assign(self, a);
+            }
+            fn visit_expr_call(&mut self, c: &'a syn::ExprCall) {
+                // `mem::take(&mut self.buffer)`, `mem::replace(&mut v, ..)`.
+                if let (Expr::Path(p), Some(Expr::Reference(r))) = (&*c.func, c.args.first()) {
+                    let name = p.path.segments.last().map(|s| s.ident.to_string());
+                    if r.mutability.is_some()
+                        && matches!(name.as_deref(), Some("take" | "replace"))
+                        && is_pure_place(&r.expr)
+                    {
+                        let call = compact(&c.func);
+                        self.0.note(compact(&r.expr), c.func.span(), call);
+                    }
+                }
+                syn::visit::visit_expr_call(self, c);
+            }
+            fn visit_item(&mut self, _: &'a Item) {}
+        }
+        let mut finder = Finder(Evictions::default());
+        finder.visit_block(block);
+        finder.0
+    }
+
+    /// The trims of `self.` containers in the methods of one impl or trait.
+    fn of_self<'a>(blocks: impl Iterator<Item = &'a Block>) -> Evictions {
+        let mut all = Evictions::default();
+        for block in blocks {
+            let found = Evictions::of(block);
+            for (label, at) in found.0 {
+                if label.starts_with("self.") {
+                    all.0.entry(label).or_insert(at);
+                }
+            }
+        }
+        all
+    }
+
+    fn note(&mut self, label: String, span: Span, call: String) {
+        self.0.entry(label).or_insert((span, call));
+    }
+
+    fn merge(&mut self, other: &Evictions) {
+        for (label, at) in &other.0 {
+            self.0.entry(label.clone()).or_insert_with(|| at.clone());
+        }
+    }
+}
+
+/// `Vec::new()`, `VecDeque::with_capacity(n)`, `Default::default()`, `vec![]`.
+fn is_new_container(expr: &Expr) -> bool {
+    match expr {
+        Expr::Call(c) => match &*c.func {
+            Expr::Path(p) => {
+                p.path.segments.len() > 1
+                    && p.path.segments.last().is_some_and(|s| {
+                        ["new", "with_capacity", "default"]
+                            .iter()
+                            .any(|n| s.ident == n)
+                    })
+            }
+            _ => false,
+        },
+        Expr::Macro(m) => m.mac.path.is_ident("vec") && m.mac.tokens.is_empty(),
+        _ => false,
+    }
+}
+
+/// The locals a function returns, at value positions of its tail expression and its
+/// `return`s: `heads` in `Ok(heads)`, `Self { layers }`, `(heads, n)`, `Model::new(heads)`.
+fn returned_locals(block: &Block) -> Vec<String> {
+    fn names(expr: &Expr, out: &mut Vec<String>) {
+        match expr {
+            Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
+                let name = p.path.segments[0].ident.to_string();
+                if name != "self" && !name.starts_with(|c: char| c.is_uppercase()) {
+                    out.push(name);
+                }
+            }
+            Expr::Call(c) => c.args.iter().for_each(|a| names(a, out)),
+            Expr::Struct(s) => s.fields.iter().for_each(|f| names(&f.expr, out)),
+            Expr::Tuple(t) => t.elems.iter().for_each(|e| names(e, out)),
+            Expr::Paren(p) => names(&p.expr, out),
+            Expr::Group(g) => names(&g.expr, out),
+            Expr::Return(r) => r.expr.iter().for_each(|e| names(e, out)),
+            _ => {}
+        }
+    }
+    struct Returns<'b>(&'b mut Vec<String>);
+    impl<'a> Visit<'a> for Returns<'_> {
+        fn visit_expr_return(&mut self, r: &'a syn::ExprReturn) {
+            if let Some(e) = &r.expr {
+                names(e, self.0);
+            }
+        }
+        fn visit_expr_closure(&mut self, _: &'a syn::ExprClosure) {}
+        fn visit_expr_async(&mut self, _: &'a syn::ExprAsync) {}
+        fn visit_item(&mut self, _: &'a Item) {}
+    }
+    let mut out = Vec::new();
+    if let Some(Stmt::Expr(tail, None)) = block.stmts.last() {
+        names(tail, &mut out);
+    }
+    Returns(&mut out).visit_block(block);
+    out
+}
+
+/// The returned local a loop stores into (`heads.push(..)` with `heads` returned), if any.
+fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String> {
+    struct Finder<'b> {
+        returned: &'b [String],
+        found: Option<String>,
+    }
+    impl<'a> Visit<'a> for Finder<'_> {
+        fn visit_expr_method_call(&mut self, call: &'a ExprMethodCall) {
+            let storing = [
+                "push",
+                "push_back",
+                "push_front",
+                "insert",
+                "extend",
+                "append",
+            ];
+            if self.found.is_none() && storing.iter().any(|m| call.method == m) {
+                let receiver = compact(&holder(&call.receiver));
+                if self.returned.contains(&receiver) {
+                    self.found = Some(receiver);
+                }
+            }
+            syn::visit::visit_expr_method_call(self, call);
+        }
+        fn visit_item(&mut self, _: &'a Item) {}
+    }
+    if returned.is_empty() {
+        return None;
+    }
+    let mut finder = Finder {
+        returned,
+        found: None,
+    };
+    finder.visit_expr(expr);
+    finder.found
+}
+
+/// In a stored value of a user type, the tensors inside: named places (`state` in
+/// `Transition::new(state, a)`, `tril` in `Head { tril }`) go to `before` (probed by
+/// reference before the value is built), computed values (`Tensor::new(..)?`, a field
+/// already tagged) are wrapped in place in `stored(.., site)`. Returns whether it wrapped
+/// any.
+fn inner_stores(expr: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
+    fn value(e: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
+        match e {
+            Expr::Path(_) | Expr::Field(_) if is_pure_place(e) && !is_self(e) => {
+                before.push(e.clone());
+                false
+            }
+            Expr::Reference(r) if is_pure_place(&r.expr) && !is_self(&r.expr) => {
+                before.push((*r.expr).clone());
+                false
+            }
+            Expr::Call(c) if is_probe_call(c) => wrap(e, site),
+            Expr::Call(_)
+            | Expr::Struct(_)
+            | Expr::Tuple(_)
+            | Expr::Array(_)
+            | Expr::Paren(_)
+            | Expr::Group(_) => inner_stores(e, site, before),
+            Expr::Try(_) | Expr::MethodCall(_) => wrap(e, site),
+            Expr::Field(_) if !is_place(e) => wrap(e, site),
+            _ => false,
+        }
+    }
+    fn wrap(e: &mut Expr, site: &proc_macro2::Ident) -> bool {
+        *e = parse_quote!(::tensor_lifetime::__private::stored(#e, #site));
+        true
+    }
+    let mut wrapped = false;
+    match expr {
+        Expr::Call(c) if !is_probe_call(c) => {
+            for a in c.args.iter_mut() {
+                wrapped |= value(a, site, before);
+            }
+        }
+        Expr::Struct(s) => {
+            for f in s.fields.iter_mut() {
+                let shorthand = f.colon_token.is_none();
+                wrapped |= value(&mut f.expr, site, before);
+                if shorthand && !matches!(f.expr, Expr::Path(_)) {
+                    f.colon_token = Some(Default::default());
+                }
+            }
+        }
+        Expr::Tuple(t) => {
+            for e in t.elems.iter_mut() {
+                wrapped |= value(e, site, before);
+            }
+        }
+        Expr::Array(a) => {
+            for e in a.elems.iter_mut() {
+                wrapped |= value(e, site, before);
+            }
+        }
+        Expr::Paren(p) => wrapped |= inner_stores(&mut p.expr, site, before),
+        Expr::Group(g) => wrapped |= inner_stores(&mut g.expr, site, before),
+        _ => {}
+    }
+    wrapped
+}
+
+/// A place expression (a local, `self`, fields, indexing and dereferences of those).
+fn is_place(e: &Expr) -> bool {
+    match e {
+        Expr::Path(_) => true,
+        Expr::Field(f) => is_place(&f.base),
+        Expr::Index(i) => is_place(&i.expr),
+        Expr::Paren(p) => is_place(&p.expr),
+        Expr::Group(g) => is_place(&g.expr),
+        Expr::Unary(u) => matches!(u.op, syn::UnOp::Deref(_)),
+        _ => false,
+    }
+}
+
+fn is_self(e: &Expr) -> bool {
+    matches!(e, Expr::Path(p) if p.path.is_ident("self"))
+}
+
+/// A call of one of our own probes (`::tensor_lifetime::__private::tagged(..)`).
+fn is_probe_call(c: &syn::ExprCall) -> bool {
+    matches!(&*c.func, Expr::Path(p)
+        if p.path.leading_colon.is_some()
+            && p.path.segments.first().is_some_and(|s| s.ident == "tensor_lifetime"))
+}
+
+/// A struct field's value that may hold a tensor not tagged before: not a named place
+/// (tagged where it was bound), a literal, or a closure (whose signature a generic
+/// wrapper would stop inferring from the field's type).
+fn worth_tagging(expr: &Expr) -> bool {
+    match expr {
+        // Places: moving out of one through a generic call would stop an implicit
+        // reborrow of a `&mut` there. A field of a temporary (`batch()?.0`) is a value.
+        Expr::Field(_) | Expr::Index(_) => !is_place(expr),
+        Expr::Path(_) | Expr::Unary(_) => false,
+        Expr::Lit(_) | Expr::Closure(_) | Expr::Range(_) => false,
+        Expr::Reference(r) => worth_tagging(&r.expr),
+        Expr::Call(c) => !c.args.iter().any(|a| matches!(a, Expr::Closure(_))),
+        Expr::MethodCall(c) => !c.args.iter().any(|a| matches!(a, Expr::Closure(_))),
+        e => !diverges(e),
+    }
 }
 
 /// Identifiers bound by a pattern, in order (`_` and unit-like constants excluded).

@@ -6,6 +6,7 @@
 //! everything that decides, counts or formats lives.
 //!
 //! - `attr.rs`: argument parsing and its errors.
+//! - `size.rs`: byte sizes (`max_leaked_bytes = "1 MiB"`), parsed at compile time.
 //! - `expand.rs`: code generation (its module docs list every rewrite).
 //!
 //! # Features
@@ -14,8 +15,11 @@
 //!   to the item unchanged and `#[leak_test]` to a plain `#[test]`; arguments and the
 //!   item are still checked, so a build without tracking reports the same errors.
 
+#![deny(unsafe_code)]
+
 mod attr;
 mod expand;
+mod size;
 
 use proc_macro::TokenStream;
 

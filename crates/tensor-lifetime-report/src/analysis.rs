@@ -38,8 +38,30 @@
 //! accumulation released at its end, or state that an inner loop rebuilds to the same
 //! height every iteration, such as per-parameter optimizer state) and is dropped, with
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
+//!
+//! ## Bounded containers and construction loops
+//!
+//! Two facts the macro reads in the source ([`SiteNote`]) turn a growing site into
+//! `retained` (growing, bounded: information, not a leak), named in its hint:
+//!
+//! - **Evicted**: the site's main holder (the holder of most of its survivors) is a store
+//!   into a container that the tracked code also trims (`pop_front`, `pop`, `truncate`,
+//!   `remove`, `drain`, `clear`, `retain`, `mem::take`, assigning a new container) on the
+//!   same receiver text, in the same function or in another method of the same impl. A
+//!   replay buffer that evicts when full grows until it fills and is not a leak even in a
+//!   run too short to fill it; a container nothing trims (`examples/leaky_dataset`)
+//!   stays a leak. A graph or view retention so held is reported, not as growing.
+//! - **Product**: the frame belongs to a *construction loop*: an unlabeled loop that
+//!   stores into a local its function returns (`heads.push(..)` ... `Ok(heads)`), and
+//!   that runs outside any loop (or inside another construction loop). A labeled loop
+//!   (`'epoch`, `'step`) names a phase of a run and is never one. What it builds is handed out (a
+//!   model's layers), so its growth ends with the loop and is the function's value, not
+//!   the run's. Survivors held by a store into another container stay judged as usual.
+//!   The same loop run inside a training loop's iteration is judged as every nested loop
+//!   is: its growth is confirmed per iteration of the enclosing loop, so a model rebuilt
+//!   and kept every epoch is a leak.
 
-use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteSweep};
+use crate::event::{Event, HolderSpec, MemorySample, SiteInfo, SiteNote, SiteSweep};
 use crate::fast_hash::{HashMap, SiteMap};
 use crate::memory_findings::MemoryFindings;
 use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
@@ -143,6 +165,9 @@ struct Verdict {
     running: bool,
     series: Series,
     growing: bool,
+    /// The returned local the loop (or its outermost loop) builds, for a construction
+    /// loop (see the module docs).
+    product: Option<String>,
 }
 
 #[derive(Debug)]
@@ -157,6 +182,9 @@ struct Frame {
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
+    /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
+    /// that builds nothing (see the module docs).
+    product: Option<String>,
 }
 
 /// The analysis state. Feed it events with [`Analysis::apply`]; ask for a
@@ -223,6 +251,14 @@ impl Analysis {
                 let depth = parent
                     .and_then(|p| self.frames.get(&p))
                     .map_or(0, |p| p.depth + 1);
+                // A construction loop is one outside any loop, or inside one.
+                let product = match parent {
+                    None => match self.sites.get(site).and_then(|s| s.note.as_ref()) {
+                        Some(SiteNote::Fills { holder }) => Some(holder.clone()),
+                        _ => None,
+                    },
+                    Some(p) => self.frames.get(p).and_then(|p| p.product.clone()),
+                };
                 self.frames.insert(
                     *frame,
                     Frame {
@@ -235,6 +271,7 @@ impl Analysis {
                         iterations: 0,
                         series: SeriesBySite::default(),
                         pending: Vec::new(),
+                        product,
                     },
                 );
                 let summary = self.loops.entry(*site).or_insert_with(|| LoopSummary {
@@ -346,9 +383,10 @@ impl Analysis {
                 running: false,
                 growing,
                 series,
+                product: frame.product.clone(),
             };
             let key = (frame.session, frame.site, site);
-            if classify(&verdict, &j).is_none() {
+            if classify(&verdict, &j, None).is_none() {
                 self.confirmed.remove(&key);
                 continue;
             }
@@ -438,6 +476,7 @@ impl Analysis {
                         growing: series.growing(iteration, &j),
                         judgement: j,
                         series: series.clone(),
+                        product: frame.product.clone(),
                     },
                 ));
             }
@@ -464,14 +503,19 @@ impl Analysis {
             }
         }
         // One finding per site: the most serious kind, then the outermost loop.
-        let mut best: BTreeMap<u32, (FindingKind, Verdict)> = BTreeMap::new();
-        for (site, verdict) in candidates {
-            let Some(kind) = classify(&verdict, &verdict.judgement) else {
+        let mut best: BTreeMap<u32, (FindingKind, Verdict, Option<Bound>)> = BTreeMap::new();
+        for (site, mut verdict) in candidates {
+            let bound = self.bound(&verdict);
+            let Some(kind) = classify(&verdict, &verdict.judgement, bound.as_ref()) else {
                 continue;
             };
+            // A bounded graph or view retention is not growing without end.
+            if bound.is_some() && kind != FindingKind::Retained {
+                verdict.growing = false;
+            }
             let better = match best.get(&site) {
                 None => true,
-                Some((k, v)) => {
+                Some((k, v, _)) => {
                     let rank = |k: FindingKind, v: &Verdict| {
                         (
                             !(v.growing || k == FindingKind::Leak),
@@ -484,17 +528,39 @@ impl Analysis {
                 }
             };
             if better {
-                best.insert(site, (kind, verdict));
+                best.insert(site, (kind, verdict, bound));
+            }
+        }
+        // Growth held by the graph of a bounded site is bounded with it (the inputs of a
+        // capped optimizer history's differences).
+        let bounded_roots: BTreeMap<u32, Bound> = best
+            .iter()
+            .filter_map(|(site, (_, _, b))| b.clone().map(|b| (*site, b)))
+            .collect();
+        for (kind, verdict, bound) in best.values_mut() {
+            if bound.is_some() {
+                continue;
+            }
+            let top = verdict.series.last.holders.first().map(|h| h.holder);
+            if let Some(HolderSpec::Graph { site: root }) = top {
+                if let Some(b) = bounded_roots.get(&root) {
+                    *bound = Some(b.clone());
+                    if *kind == FindingKind::Leak {
+                        *kind = FindingKind::Retained;
+                    } else {
+                        verdict.growing = false;
+                    }
+                }
             }
         }
         // Leaks held only by the graph of a reported graph retention fold into it.
         let roots: Vec<u32> = best
             .iter()
-            .filter(|(_, (k, _))| *k == FindingKind::GraphRetention)
+            .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
             .map(|(s, _)| *s)
             .collect();
         let mut held: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        best.retain(|site, (kind, verdict)| {
+        best.retain(|site, (kind, verdict, _)| {
             if *kind == FindingKind::GraphRetention || verdict.series.last.holders.is_empty() {
                 return true;
             }
@@ -517,12 +583,12 @@ impl Analysis {
         });
         let mut findings: Vec<Finding> = best
             .into_iter()
-            .map(|(site, (kind, verdict))| {
+            .map(|(site, (kind, verdict, bound))| {
                 let held_sites = held
                     .get(&site)
                     .map(|v| v.iter().map(|s| self.site_ref(*s)).collect())
                     .unwrap_or_default();
-                self.finding(site, kind, &verdict, held_sites)
+                self.finding(site, kind, &verdict, held_sites, bound.as_ref())
             })
             .collect();
         if session.is_none() {
@@ -557,6 +623,34 @@ impl Analysis {
             peak_live_bytes: self.peak_live_bytes,
             sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
+        }
+    }
+
+    /// Whether a verdict's survivors are bounded: their main holder is a store into a
+    /// container the code trims, or they are a construction loop's product (and not held
+    /// by a store into something else).
+    fn bound(&self, v: &Verdict) -> Option<Bound> {
+        let top = v.series.last.holders.first().map(|h| h.holder);
+        let store = match top {
+            Some(HolderSpec::Store { site }) => self.sites.get(&site),
+            _ => None,
+        };
+        if let Some(info) = store {
+            if let Some(SiteNote::Evicted { line, call }) = &info.note {
+                return Some(Bound::Evicted {
+                    holder: info.label.clone(),
+                    file: info.file.clone(),
+                    line: *line,
+                    call: call.clone(),
+                });
+            }
+        }
+        let holder = v.product.as_ref()?;
+        match store {
+            Some(info) if info.label != *holder => None,
+            _ => Some(Bound::Product {
+                holder: holder.clone(),
+            }),
         }
     }
 
@@ -596,6 +690,7 @@ impl Analysis {
         kind: FindingKind,
         v: &Verdict,
         held_sites: Vec<SiteRef>,
+        bound: Option<&Bound>,
     ) -> Finding {
         let last = &v.series.last;
         let span = v.iteration.saturating_sub(v.series.first_iteration).max(1);
@@ -633,7 +728,10 @@ impl Analysis {
             view_bytes: last.view_bytes,
             view_storage_bytes: last.view_storage_bytes,
             held_sites,
-            hint: kind.hint().to_string(),
+            hint: match bound {
+                Some(bound) => bound.hint(),
+                None => kind.hint().to_string(),
+            },
         }
     }
 }
@@ -686,7 +784,39 @@ impl<'a> SiteLookup<'a> {
     }
 }
 
-fn classify(v: &Verdict, j: &Judgement) -> Option<FindingKind> {
+/// Why a growing site is bounded (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Bound {
+    /// Held by a store into a container the code trims at `line` with `call`.
+    Evicted {
+        holder: String,
+        file: String,
+        line: u32,
+        call: String,
+    },
+    /// Built by a construction loop into `holder`, which its function returns.
+    Product { holder: String },
+}
+
+impl Bound {
+    fn hint(&self) -> String {
+        match self {
+            Bound::Evicted {
+                holder,
+                file,
+                line,
+                call,
+            } => format!(
+                "bounded: `{holder}` is trimmed at {file}:{line} (`{call}`); it grows until it fills, then stays flat"
+            ),
+            Bound::Product { holder } => format!(
+                "built by a construction loop into `{holder}`, which its function returns (model state, not a leak)"
+            ),
+        }
+    }
+}
+
+fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Option<FindingKind> {
     let last = &v.series.last;
     if last.survivors == 0 {
         return None;
@@ -698,7 +828,10 @@ fn classify(v: &Verdict, j: &Judgement) -> Option<FindingKind> {
         return Some(FindingKind::ViewRetention);
     }
     if v.growing {
-        return Some(FindingKind::Leak);
+        return Some(match bound {
+            Some(_) => FindingKind::Retained,
+            None => FindingKind::Leak,
+        });
     }
     if last.iterations == 1 && v.iteration.saturating_sub(last.last_iteration) >= j.k {
         return Some(FindingKind::Retained);
@@ -721,6 +854,7 @@ mod tests {
                 function: "train".into(),
                 label: label.into(),
                 kind: SiteKind::Binding,
+                note: None,
             },
         }
     }

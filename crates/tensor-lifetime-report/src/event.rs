@@ -44,6 +44,24 @@ pub struct SiteInfo {
     pub function: String,
     pub label: String,
     pub kind: SiteKind,
+    /// What `#[track]` saw around the site in the source, when it matters to the
+    /// judgement (a store whose container is trimmed, a loop that builds a returned
+    /// value). Absent in logs written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<SiteNote>,
+}
+
+/// What the macro saw around a site, beyond its place and label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "note", rename_all = "snake_case")]
+pub enum SiteNote {
+    /// A store whose receiver the tracked code also trims (`pop_front`, `truncate`,
+    /// `clear`, assigning a new container ...): the line of the first such call, in the
+    /// store's file, and the call (`pop_front`). The container is bounded.
+    Evicted { line: u32, call: String },
+    /// A loop that fills `holder`, a local the function returns (`Ok(heads)`): the loop
+    /// builds a value (a model's layers), whose tensors are its product.
+    Fills { holder: String },
 }
 
 impl SiteInfo {
@@ -159,6 +177,14 @@ pub enum Event {
         pid: u32,
         started_unix_ms: u64,
         tool_version: String,
+        /// The process's rank in a multi-process job, and the job's size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        world_size: Option<u32>,
+        /// The machine's host name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     /// A site, declared once before its first use; later events refer to `id`.
     Site {
@@ -243,6 +269,44 @@ impl Event {
             pid,
             started_unix_ms,
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            rank: None,
+            world_size: None,
+            host: None,
+        }
+    }
+
+    /// A header that names the process's place in a multi-process job.
+    pub fn rank_header(
+        pid: u32,
+        started_unix_ms: u64,
+        rank: Option<u32>,
+        world_size: Option<u32>,
+        host: Option<String>,
+    ) -> Event {
+        let mut header = Event::header(pid, started_unix_ms);
+        if let Event::Header {
+            rank: r,
+            world_size: w,
+            host: h,
+            ..
+        } = &mut header
+        {
+            (*r, *w, *h) = (rank, world_size, host);
+        }
+        header
+    }
+
+    /// When the event happened, for the events that carry a time.
+    pub fn t_ns(&self) -> Option<u64> {
+        match self {
+            Event::LoopStart { t_ns, .. }
+            | Event::Born { t_ns, .. }
+            | Event::Stored { t_ns, .. }
+            | Event::Dropped { t_ns, .. }
+            | Event::IterationEnd { t_ns, .. }
+            | Event::LoopEnd { t_ns, .. }
+            | Event::Memory { t_ns, .. } => Some(*t_ns),
+            Event::Header { .. } | Event::Site { .. } | Event::Alias { .. } => None,
         }
     }
 
@@ -503,6 +567,7 @@ mod tests {
                     function: "a::f".into(),
                     label: "x".into(),
                     kind: SiteKind::Binding,
+                    note: None,
                 },
             },
             Event::Dropped { t_ns: 5, tensor: 7 },

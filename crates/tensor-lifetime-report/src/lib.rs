@@ -31,8 +31,6 @@ pub mod html;
 pub mod memory_findings;
 pub mod report;
 pub mod size;
-#[doc(hidden)]
-pub mod synth;
 pub mod timeline;
 pub mod trace;
 

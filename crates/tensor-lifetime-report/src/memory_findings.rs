@@ -476,6 +476,7 @@ mod tests {
             function: "train".into(),
             label: label.into(),
             kind: SiteKind::Binding,
+            note: None,
         }
     }
 

@@ -17,7 +17,7 @@
 //! Nothing here judges leaks: that is [`crate::Analysis`]'s, and the renderers take its
 //! [`crate::Report`] beside this timeline.
 
-use crate::event::{Event, SiteInfo};
+use crate::event::{Event, MemorySample, SiteInfo, SiteSweep};
 use std::collections::{BTreeMap, HashMap};
 
 /// Points kept by default before downsampling (so between half and all of it after).
@@ -262,102 +262,35 @@ impl TimelineBuilder {
     /// Applies one event.
     pub fn apply(&mut self, event: &Event) {
         self.events += 1;
+        if let Some(t_ns) = event.t_ns() {
+            self.time(t_ns);
+        }
         match event {
             Event::Header { .. } | Event::Alias { .. } => {}
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
             }
             Event::LoopStart {
-                t_ns,
                 frame,
                 site,
                 name,
                 parent,
                 ..
-            } => {
-                self.time(*t_ns);
-                let next = self.loops.len() as u32;
-                let loop_index = *self.loop_index.entry((*site, name.clone())).or_insert(next);
-                if loop_index == next {
-                    self.loops.push(name.clone());
-                }
-                self.frames.insert(
-                    *frame,
-                    OpenFrame {
-                        loop_index,
-                        outermost: parent.is_none(),
-                    },
-                );
-            }
-            Event::LoopEnd { t_ns, frame, .. } => {
-                self.time(*t_ns);
+            } => self.loop_start(*frame, *site, name, parent.is_none()),
+            Event::LoopEnd { frame, .. } => {
                 self.frames.remove(frame);
             }
             Event::Born {
-                t_ns,
                 tensor,
                 site,
                 bytes,
                 storage,
                 ..
-            } => {
-                self.time(*t_ns);
-                let stats = self.stats.entry(*site).or_default();
-                stats.born += 1;
-                stats.born_bytes = stats.born_bytes.saturating_add(*bytes);
-                if self.tensors.contains_key(tensor) {
-                    return;
-                }
-                let (generation, share) = match self.storages.get(storage) {
-                    // A view of a live storage: its bytes are counted already.
-                    Some(s) if s.bytes == *bytes => (s.generation, true),
-                    // The address was freed and reused before the sweep saw the drop.
-                    Some(s) => (s.generation + 1, false),
-                    None => (0, false),
-                };
-                if share {
-                    if let Some(s) = self.storages.get_mut(storage) {
-                        s.tensors += 1;
-                    }
-                } else {
-                    if let Some(old) = self.storages.remove(storage) {
-                        self.sub_live(old.site, old.bytes);
-                    }
-                    self.storages.insert(
-                        *storage,
-                        LiveStorage {
-                            site: *site,
-                            bytes: *bytes,
-                            tensors: 1,
-                            generation,
-                        },
-                    );
-                    self.add_live(*site, *bytes);
-                }
-                self.tensors.insert(*tensor, (*storage, generation));
-            }
-            Event::Stored { t_ns, site, .. } => {
-                self.time(*t_ns);
+            } => self.born(*tensor, *site, *bytes, *storage),
+            Event::Stored { site, .. } => {
                 self.stats.entry(*site).or_default().stored += 1;
             }
-            Event::Dropped { t_ns, tensor } => {
-                self.time(*t_ns);
-                let Some((storage, generation)) = self.tensors.remove(tensor) else {
-                    return;
-                };
-                let Some(s) = self.storages.get_mut(&storage) else {
-                    return;
-                };
-                if s.generation != generation {
-                    return;
-                }
-                s.tensors -= 1;
-                if s.tensors == 0 {
-                    let (site, bytes) = (s.site, s.bytes);
-                    self.storages.remove(&storage);
-                    self.sub_live(site, bytes);
-                }
-            }
+            Event::Dropped { tensor, .. } => self.dropped(*tensor),
             Event::IterationEnd {
                 t_ns,
                 frame,
@@ -366,63 +299,149 @@ impl TimelineBuilder {
                 live_bytes,
                 sites,
                 ..
-            } => {
-                self.time(*t_ns);
-                self.iteration_ends += 1;
-                let open = self.frames.get(frame).copied().unwrap_or(OpenFrame {
-                    loop_index: u32::MAX,
-                    outermost: false,
-                });
-                for s in sites {
-                    let stats = self.stats.entry(s.site).or_default();
-                    stats.peak_survivors = stats.peak_survivors.max(s.survivors);
-                }
-                let mut by_site: Vec<(u32, u64)> =
-                    self.site_live.iter().map(|(s, b)| (*s, *b)).collect();
-                by_site.sort_unstable();
-                for (site, bytes) in &by_site {
-                    let stats = self.stats.entry(*site).or_default();
-                    stats.peak_live_bytes = stats.peak_live_bytes.max(*bytes);
-                }
-                self.points.push(Point {
-                    t_ns: *t_ns,
-                    loop_index: open.loop_index,
-                    iteration: *iteration,
-                    live_tensors: *live_tensors,
-                    live_bytes: *live_bytes,
-                    sites: by_site,
-                    count: 1,
-                });
-                if open.outermost {
-                    self.marks.push(Mark {
-                        t_ns: *t_ns,
-                        loop_index: open.loop_index,
-                        iteration: *iteration,
-                    });
-                }
-            }
+            } => self.iteration_end(*t_ns, *frame, *iteration, *live_tensors, *live_bytes, sites),
             Event::Memory {
                 t_ns,
                 device,
                 sample,
-            } => {
-                self.time(*t_ns);
-                if !self.memory.contains_key(device) && self.memory.len() >= MAX_DEVICES {
-                    return;
-                }
-                let max_points = self.max_points;
-                self.memory
-                    .entry(device.clone())
-                    .or_insert_with(|| Downsampler::new(max_points))
-                    .push(MemoryPoint {
-                        t_ns: *t_ns,
-                        tracked: sample.tracked,
-                        pool_used: sample.pool_used,
-                        pool_reserved: sample.pool_reserved,
-                        count: 1,
-                    });
-            }
+            } => self.memory(*t_ns, device, sample),
         }
+    }
+
+    fn loop_start(&mut self, frame: u64, site: u32, name: &str, outermost: bool) {
+        let next = self.loops.len() as u32;
+        let loop_index = *self
+            .loop_index
+            .entry((site, name.to_string()))
+            .or_insert(next);
+        if loop_index == next {
+            self.loops.push(name.to_string());
+        }
+        self.frames.insert(
+            frame,
+            OpenFrame {
+                loop_index,
+                outermost,
+            },
+        );
+    }
+
+    /// A birth: counted at its site, and its storage's bytes made live there unless it is
+    /// a view of a live storage.
+    fn born(&mut self, tensor: u64, site: u32, bytes: u64, storage: u64) {
+        let stats = self.stats.entry(site).or_default();
+        stats.born += 1;
+        stats.born_bytes = stats.born_bytes.saturating_add(bytes);
+        if self.tensors.contains_key(&tensor) {
+            return;
+        }
+        let (generation, share) = match self.storages.get(&storage) {
+            // A view of a live storage: its bytes are counted already.
+            Some(s) if s.bytes == bytes => (s.generation, true),
+            // The address was freed and reused before the sweep saw the drop.
+            Some(s) => (s.generation + 1, false),
+            None => (0, false),
+        };
+        if share {
+            if let Some(s) = self.storages.get_mut(&storage) {
+                s.tensors += 1;
+            }
+        } else {
+            if let Some(old) = self.storages.remove(&storage) {
+                self.sub_live(old.site, old.bytes);
+            }
+            self.storages.insert(
+                storage,
+                LiveStorage {
+                    site,
+                    bytes,
+                    tensors: 1,
+                    generation,
+                },
+            );
+            self.add_live(site, bytes);
+        }
+        self.tensors.insert(tensor, (storage, generation));
+    }
+
+    /// A drop: the storage's bytes leave its site with its last tensor.
+    fn dropped(&mut self, tensor: u64) {
+        let Some((storage, generation)) = self.tensors.remove(&tensor) else {
+            return;
+        };
+        let Some(s) = self.storages.get_mut(&storage) else {
+            return;
+        };
+        if s.generation != generation {
+            return;
+        }
+        s.tensors -= 1;
+        if s.tensors == 0 {
+            let (site, bytes) = (s.site, s.bytes);
+            self.storages.remove(&storage);
+            self.sub_live(site, bytes);
+        }
+    }
+
+    /// An iteration end: a point with the live bytes by site, and a mark if the loop is
+    /// outermost.
+    fn iteration_end(
+        &mut self,
+        t_ns: u64,
+        frame: u64,
+        iteration: u64,
+        live_tensors: u64,
+        live_bytes: u64,
+        sites: &[SiteSweep],
+    ) {
+        self.iteration_ends += 1;
+        let open = self.frames.get(&frame).copied().unwrap_or(OpenFrame {
+            loop_index: u32::MAX,
+            outermost: false,
+        });
+        for s in sites {
+            let stats = self.stats.entry(s.site).or_default();
+            stats.peak_survivors = stats.peak_survivors.max(s.survivors);
+        }
+        let mut by_site: Vec<(u32, u64)> = self.site_live.iter().map(|(s, b)| (*s, *b)).collect();
+        by_site.sort_unstable();
+        for (site, bytes) in &by_site {
+            let stats = self.stats.entry(*site).or_default();
+            stats.peak_live_bytes = stats.peak_live_bytes.max(*bytes);
+        }
+        self.points.push(Point {
+            t_ns,
+            loop_index: open.loop_index,
+            iteration,
+            live_tensors,
+            live_bytes,
+            sites: by_site,
+            count: 1,
+        });
+        if open.outermost {
+            self.marks.push(Mark {
+                t_ns,
+                loop_index: open.loop_index,
+                iteration,
+            });
+        }
+    }
+
+    fn memory(&mut self, t_ns: u64, device: &str, sample: &MemorySample) {
+        if !self.memory.contains_key(device) && self.memory.len() >= MAX_DEVICES {
+            return;
+        }
+        let max_points = self.max_points;
+        self.memory
+            .entry(device.to_string())
+            .or_insert_with(|| Downsampler::new(max_points))
+            .push(MemoryPoint {
+                t_ns,
+                tracked: sample.tracked,
+                pool_used: sample.pool_used,
+                pool_reserved: sample.pool_reserved,
+                count: 1,
+            });
     }
 
     /// The timeline of the events applied so far.
@@ -523,13 +542,6 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{self, SynthLoop};
-
-    fn build(cfg: &SynthLoop, max_points: usize) -> Timeline {
-        let mut b = TimelineBuilder::new(max_points);
-        synth::generate(cfg, |e| b.apply(&e));
-        b.finish()
-    }
 
     #[test]
     fn downsampler_keeps_at_most_cap_and_every_item_is_counted() {
@@ -566,41 +578,6 @@ mod tests {
         };
         let m = p(1, 10).merge(p(2, 30)).merge(p(3, 20));
         assert_eq!((m.t_ns, m.live_bytes, m.count), (2, 30, 3));
-    }
-
-    #[test]
-    fn live_bytes_by_site_follow_births_and_drops() {
-        let t = build(&SynthLoop::leaky(2, 5), 10_000);
-        assert_eq!(t.iteration_ends, 2 * 5 + 2);
-        assert_eq!(t.points.len(), 12);
-        assert_eq!(t.loops, vec!["'epoch".to_string(), "'batch".to_string()]);
-        let last = t.points.last().unwrap();
-        // Only the optimizer state (5) and the cache (6) are alive at iteration ends, and
-        // together they are what the tracker counted.
-        let sites: Vec<u32> = last.sites.iter().map(|(s, _)| *s).collect();
-        assert_eq!(sites, vec![5, 6]);
-        assert_eq!(
-            last.sites.iter().map(|(_, b)| b).sum::<u64>(),
-            last.live_bytes
-        );
-        assert_eq!(t.top_sites(1), vec![6]);
-        assert_eq!(t.stats[&6].born, 10);
-        assert_eq!(t.stats[&7].stored, 10);
-        assert_eq!(t.stats[&6].peak_survivors, 10);
-        assert_eq!(t.marks.len(), 2);
-        assert_eq!(t.memory["cuda:0"].len(), 10);
-    }
-
-    #[test]
-    fn long_runs_are_downsampled_to_the_cap() {
-        let t = build(&SynthLoop::leaky(10, 500), 64);
-        assert!(t.points.len() <= 64, "{}", t.points.len());
-        assert!(t.points.len() >= 32, "{}", t.points.len());
-        assert_eq!(t.points.iter().map(|p| p.count).sum::<u64>(), 10 * 500 + 10);
-        assert!(t.memory["cuda:0"].len() <= 64);
-        // The last point has the most live bytes of a leak, and it was kept.
-        let max = t.points.iter().map(|p| p.live_bytes).max().unwrap();
-        assert_eq!(max, t.points.last().unwrap().live_bytes);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! the open loop frames, threads and sites. Findings come from a [`crate::Report`] made
 //! before (a first pass over the log through [`crate::Analysis`]).
 
-use crate::event::{Event, SiteInfo};
+use crate::event::{Event, MemorySample, SiteInfo, SiteSweep};
 use crate::report::{Finding, SiteRef};
 use crate::size::format_bytes;
 use serde_json::{json, Value};
@@ -39,6 +39,17 @@ struct Frame {
     start_ns: u64,
     /// End of the frame's last iteration: the next one's slice starts no earlier.
     last_end_ns: u64,
+}
+
+/// An iteration end, as its slice shows it.
+#[derive(Debug)]
+struct IterationSlice {
+    t_ns: u64,
+    frame: u64,
+    iteration: u64,
+    duration_ns: u64,
+    live_tensors: u64,
+    live_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -164,15 +175,14 @@ impl<W: Write> TraceWriter<W> {
 
     /// Applies one event.
     pub fn apply(&mut self, event: &Event) -> io::Result<()> {
+        if let Some(t_ns) = event.t_ns() {
+            self.t_last = self.t_last.max(t_ns);
+        }
         match event {
-            Event::Header { pid, .. } => {
-                if !self.process_named {
-                    self.pid = *pid;
-                }
-                self.name_process()?;
-            }
+            Event::Header { pid, .. } => self.header(*pid),
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
+                Ok(())
             }
             Event::LoopStart {
                 t_ns,
@@ -181,25 +191,7 @@ impl<W: Write> TraceWriter<W> {
                 name,
                 thread,
                 ..
-            } => {
-                let tid = self.tid(*thread)?;
-                self.t_last = self.t_last.max(*t_ns);
-                let name = if name.is_empty() {
-                    format!("loop {}", self.site_text(*site))
-                } else {
-                    name.clone()
-                };
-                self.frames.insert(
-                    *frame,
-                    Frame {
-                        name,
-                        site: *site,
-                        tid,
-                        start_ns: *t_ns,
-                        last_end_ns: *t_ns,
-                    },
-                );
-            }
+            } => self.loop_start(*t_ns, *frame, *site, name, *thread),
             Event::IterationEnd {
                 t_ns,
                 frame,
@@ -209,114 +201,178 @@ impl<W: Write> TraceWriter<W> {
                 live_bytes,
                 sites,
             } => {
-                self.t_last = self.t_last.max(*t_ns);
                 self.counter("live bytes", "bytes", *t_ns, *live_bytes)?;
                 self.counter("live tensors", "tensors", *t_ns, *live_tensors)?;
-                let Some(f) = self.frames.get_mut(frame) else {
-                    return Ok(());
+                let end = IterationSlice {
+                    t_ns: *t_ns,
+                    frame: *frame,
+                    iteration: *iteration,
+                    duration_ns: *duration_ns,
+                    live_tensors: *live_tensors,
+                    live_bytes: *live_bytes,
                 };
-                let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
-                // Iteration slices of a frame follow each other: a start measured a little
-                // before the previous iteration's end (clocks read at different points of
-                // the sweep) would break the nesting trace viewers need, so it is clamped.
-                let start = t_ns
-                    .saturating_sub(*duration_ns)
-                    .max(f.last_end_ns)
-                    .min(*t_ns);
-                f.last_end_ns = f.last_end_ns.max(*t_ns);
-                let mut survivors: Vec<_> = sites.iter().filter(|s| s.survivors > 0).collect();
-                survivors.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
-                let mut by_site = serde_json::Map::new();
-                for s in survivors.iter().take(10) {
-                    by_site.insert(
-                        self.site_text(s.site),
-                        json!(format!(
-                            "{} tensors, {}",
-                            s.survivors,
-                            format_bytes(s.bytes)
-                        )),
-                    );
-                }
-                let args = json!({
-                    "loop": name,
-                    "iteration": iteration,
-                    "live_tensors": live_tensors,
-                    "live_bytes": live_bytes,
-                    "survivors": by_site,
-                });
-                self.emit(
-                    "X",
-                    &format!("{name} #{iteration}"),
-                    start,
-                    tid,
-                    &format!(
-                        ",\"dur\":{},\"cat\":\"iteration\",\"args\":{args}",
-                        micros(t_ns - start)
-                    ),
-                )?;
-                // Findings judged by this loop at this iteration with these survivors.
-                let loop_info = self.sites.get(&loop_site).cloned();
-                for i in 0..self.findings.len() {
-                    let p = &self.findings[i];
-                    if p.written || p.finding.iteration != *iteration {
-                        continue;
-                    }
-                    let loop_matches = match (&p.finding.loop_site, &loop_info) {
-                        (Some(a), Some(b)) => same_site(a, b),
-                        _ => p.finding.loop_name == name,
-                    };
-                    let site_matches = sites.iter().any(|s| {
-                        s.survivors == p.finding.survivors
-                            && self
-                                .sites
-                                .get(&s.site)
-                                .is_some_and(|info| same_site(&p.finding.site, info))
-                    });
-                    if loop_matches && site_matches {
-                        self.write_finding(i, *t_ns)?;
-                    }
-                }
+                self.iteration_end(&end, sites)
             }
             Event::LoopEnd {
                 t_ns,
                 frame,
                 iterations,
-            } => {
-                self.t_last = self.t_last.max(*t_ns);
-                if let Some(f) = self.frames.remove(frame) {
-                    let args = json!({ "iterations": iterations });
-                    self.emit(
-                        "X",
-                        &format!("loop {}", f.name),
-                        f.start_ns,
-                        f.tid,
-                        &format!(
-                            ",\"dur\":{},\"cat\":\"loop\",\"args\":{args}",
-                            micros(t_ns.saturating_sub(f.start_ns))
-                        ),
-                    )?;
-                }
-            }
+            } => self.loop_end(*t_ns, *frame, *iterations),
             Event::Memory {
                 t_ns,
                 device,
                 sample,
-            } => {
-                self.t_last = self.t_last.max(*t_ns);
-                for (what, value) in [
-                    ("pool used", sample.pool_used),
-                    ("pool reserved", sample.pool_reserved),
-                    ("device used", sample.device_used),
-                ] {
-                    if let Some(v) = value {
-                        self.counter(&format!("{what} ({device})"), "bytes", *t_ns, v)?;
-                    }
-                }
+            } => self.memory(*t_ns, device, sample),
+            Event::Born { .. } | Event::Stored { .. } | Event::Dropped { .. } => Ok(()),
+            Event::Alias { .. } => Ok(()),
+        }
+    }
+
+    fn header(&mut self, pid: u32) -> io::Result<()> {
+        if !self.process_named {
+            self.pid = pid;
+        }
+        self.name_process()
+    }
+
+    fn loop_start(
+        &mut self,
+        t_ns: u64,
+        frame: u64,
+        site: u32,
+        name: &str,
+        thread: u64,
+    ) -> io::Result<()> {
+        let tid = self.tid(thread)?;
+        let name = if name.is_empty() {
+            format!("loop {}", self.site_text(site))
+        } else {
+            name.to_string()
+        };
+        self.frames.insert(
+            frame,
+            Frame {
+                name,
+                site,
+                tid,
+                start_ns: t_ns,
+                last_end_ns: t_ns,
+            },
+        );
+        Ok(())
+    }
+
+    /// The iteration's slice, then the findings judged at its end.
+    fn iteration_end(&mut self, end: &IterationSlice, sites: &[SiteSweep]) -> io::Result<()> {
+        let Some(f) = self.frames.get_mut(&end.frame) else {
+            return Ok(());
+        };
+        let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
+        // Iteration slices of a frame follow each other: a start measured a little
+        // before the previous iteration's end (clocks read at different points of
+        // the sweep) would break the nesting trace viewers need, so it is clamped.
+        let start = end
+            .t_ns
+            .saturating_sub(end.duration_ns)
+            .max(f.last_end_ns)
+            .min(end.t_ns);
+        f.last_end_ns = f.last_end_ns.max(end.t_ns);
+        let args = json!({
+            "loop": name,
+            "iteration": end.iteration,
+            "live_tensors": end.live_tensors,
+            "live_bytes": end.live_bytes,
+            "survivors": self.survivors_by_site(sites),
+        });
+        self.emit(
+            "X",
+            &format!("{name} #{}", end.iteration),
+            start,
+            tid,
+            &format!(
+                ",\"dur\":{},\"cat\":\"iteration\",\"args\":{args}",
+                micros(end.t_ns - start)
+            ),
+        )?;
+        self.findings_judged_at(end, &name, loop_site, sites)
+    }
+
+    /// The 10 sites with the most surviving bytes, as `site: "N tensors, B"`.
+    fn survivors_by_site(&self, sites: &[SiteSweep]) -> serde_json::Map<String, Value> {
+        let mut survivors: Vec<_> = sites.iter().filter(|s| s.survivors > 0).collect();
+        survivors.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+        let mut by_site = serde_json::Map::new();
+        for s in survivors.iter().take(10) {
+            by_site.insert(
+                self.site_text(s.site),
+                json!(format!(
+                    "{} tensors, {}",
+                    s.survivors,
+                    format_bytes(s.bytes)
+                )),
+            );
+        }
+        by_site
+    }
+
+    /// Writes the findings judged by this loop at this iteration with these survivors.
+    fn findings_judged_at(
+        &mut self,
+        end: &IterationSlice,
+        loop_name: &str,
+        loop_site: u32,
+        sites: &[SiteSweep],
+    ) -> io::Result<()> {
+        let loop_info = self.sites.get(&loop_site).cloned();
+        for i in 0..self.findings.len() {
+            let p = &self.findings[i];
+            if p.written || p.finding.iteration != end.iteration {
+                continue;
             }
-            Event::Born { t_ns, .. } | Event::Stored { t_ns, .. } | Event::Dropped { t_ns, .. } => {
-                self.t_last = self.t_last.max(*t_ns);
+            let loop_matches = match (&p.finding.loop_site, &loop_info) {
+                (Some(a), Some(b)) => same_site(a, b),
+                _ => p.finding.loop_name == loop_name,
+            };
+            let site_matches = sites.iter().any(|s| {
+                s.survivors == p.finding.survivors
+                    && self
+                        .sites
+                        .get(&s.site)
+                        .is_some_and(|info| same_site(&p.finding.site, info))
+            });
+            if loop_matches && site_matches {
+                self.write_finding(i, end.t_ns)?;
             }
-            Event::Alias { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn loop_end(&mut self, t_ns: u64, frame: u64, iterations: u64) -> io::Result<()> {
+        let Some(f) = self.frames.remove(&frame) else {
+            return Ok(());
+        };
+        let args = json!({ "iterations": iterations });
+        self.emit(
+            "X",
+            &format!("loop {}", f.name),
+            f.start_ns,
+            f.tid,
+            &format!(
+                ",\"dur\":{},\"cat\":\"loop\",\"args\":{args}",
+                micros(t_ns.saturating_sub(f.start_ns))
+            ),
+        )
+    }
+
+    fn memory(&mut self, t_ns: u64, device: &str, sample: &MemorySample) -> io::Result<()> {
+        for (what, value) in [
+            ("pool used", sample.pool_used),
+            ("pool reserved", sample.pool_reserved),
+            ("device used", sample.device_used),
+        ] {
+            if let Some(v) = value {
+                self.counter(&format!("{what} ({device})"), "bytes", t_ns, v)?;
+            }
         }
         Ok(())
     }
@@ -381,248 +437,9 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
-/// The rules of the Trace Event format this module writes, checked on a parsed file:
-/// for tests of this crate and the CLI. Returns the first broken rule.
-pub fn check_trace(trace: &Value) -> Result<TraceStats, String> {
-    let events = trace
-        .get("traceEvents")
-        .and_then(Value::as_array)
-        .ok_or("no `traceEvents` array at the top level")?;
-    if let Some(unit) = trace.get("displayTimeUnit") {
-        if unit != "ms" && unit != "ns" {
-            return Err(format!(
-                "displayTimeUnit must be \"ms\" or \"ns\", is {unit}"
-            ));
-        }
-    }
-    let mut stats = TraceStats::default();
-    // Complete events per (pid, tid) must nest: sort by start, longest first, and keep a
-    // stack of open ends.
-    let mut slices: HashMap<(i64, i64), Vec<(f64, f64)>> = HashMap::new();
-    for (i, e) in events.iter().enumerate() {
-        let at = |what: &str| format!("traceEvents[{i}]: {what}: {e}");
-        let obj = e.as_object().ok_or_else(|| at("not an object"))?;
-        let ph = obj
-            .get("ph")
-            .and_then(Value::as_str)
-            .ok_or_else(|| at("no `ph` string"))?;
-        obj.get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| at("no `name` string"))?;
-        let pid = obj
-            .get("pid")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| at("no integer `pid`"))?;
-        let tid = obj
-            .get("tid")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| at("no integer `tid`"))?;
-        let ts = obj.get("ts").and_then(Value::as_f64);
-        if ph != "M" {
-            let ts = ts.ok_or_else(|| at("no numeric `ts`"))?;
-            if ts < 0.0 {
-                return Err(at("negative `ts`"));
-            }
-        }
-        if let Some(args) = obj.get("args") {
-            if !args.is_object() {
-                return Err(at("`args` is not an object"));
-            }
-        }
-        match ph {
-            "X" => {
-                let dur = obj
-                    .get("dur")
-                    .and_then(Value::as_f64)
-                    .ok_or_else(|| at("complete event without numeric `dur`"))?;
-                if dur < 0.0 {
-                    return Err(at("negative `dur`"));
-                }
-                slices
-                    .entry((pid, tid))
-                    .or_default()
-                    .push((ts.unwrap_or(0.0), dur));
-                stats.slices += 1;
-            }
-            "C" => {
-                let args = obj
-                    .get("args")
-                    .and_then(Value::as_object)
-                    .ok_or_else(|| at("counter without `args`"))?;
-                if args.is_empty() || !args.values().all(Value::is_number) {
-                    return Err(at("counter `args` must be numbers"));
-                }
-                stats.counters += 1;
-            }
-            "i" | "I" => {
-                match obj.get("s").and_then(Value::as_str) {
-                    None | Some("g" | "p" | "t") => {}
-                    Some(_) => return Err(at("instant scope `s` must be g, p or t")),
-                }
-                stats.instants += 1;
-            }
-            "M" => {
-                let name = obj["name"].as_str().unwrap_or_default();
-                if !matches!(
-                    name,
-                    "process_name"
-                        | "thread_name"
-                        | "process_sort_index"
-                        | "thread_sort_index"
-                        | "process_labels"
-                ) {
-                    return Err(at("unknown metadata name"));
-                }
-                if name.ends_with("_name")
-                    && !obj
-                        .get("args")
-                        .and_then(|a| a.get("name"))
-                        .is_some_and(Value::is_string)
-                {
-                    return Err(at("metadata without `args.name`"));
-                }
-                stats.metadata += 1;
-            }
-            other => return Err(at(&format!("phase {other:?} is not one this writer uses"))),
-        }
-    }
-    // In whole nanoseconds, so that float sums do not break ties.
-    let ns = |us: f64| (us * 1000.0).round() as i64;
-    for ((pid, tid), v) in slices {
-        let mut v: Vec<(i64, i64)> = v.into_iter().map(|(ts, dur)| (ns(ts), ns(dur))).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        let mut stack: Vec<i64> = Vec::new();
-        for (ts, dur) in v {
-            while stack.last().is_some_and(|end| *end <= ts) {
-                stack.pop();
-            }
-            let end = ts + dur;
-            if let Some(outer) = stack.last() {
-                if end > *outer {
-                    return Err(format!(
-                        "pid {pid} tid {tid}: the slice at {ts} ns ends at {end} ns, after the \
-                         slice it starts in ({outer} ns): slices on a thread must nest"
-                    ));
-                }
-            }
-            stack.push(end);
-        }
-    }
-    Ok(stats)
-}
-
-/// What [`check_trace`] counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TraceStats {
-    pub slices: u64,
-    pub counters: u64,
-    pub instants: u64,
-    pub metadata: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::Analysis;
-    use crate::synth::{self, SynthLoop};
-
-    fn trace(cfg: &SynthLoop) -> (Value, crate::Report) {
-        let mut a = Analysis::default();
-        synth::generate(cfg, |e| a.apply(&e));
-        let report = a.report();
-        let mut w = TraceWriter::new(Vec::new(), &report.findings).unwrap();
-        synth::generate(cfg, |e| w.apply(&e).unwrap());
-        let bytes = w.finish().unwrap();
-        (serde_json::from_slice(&bytes).unwrap(), report)
-    }
-
-    #[test]
-    fn writes_valid_trace_events() {
-        let (t, report) = trace(&SynthLoop::leaky(3, 4));
-        let stats = check_trace(&t).unwrap();
-        // 12 batch + 3 epoch iterations, 3 batch loops + 1 epoch loop.
-        assert_eq!(stats.slices, 12 + 3 + 3 + 1);
-        assert_eq!(stats.instants, report.findings.len() as u64);
-        assert_eq!(stats.metadata, 2);
-        // Every counter is there, and none repeats its last value.
-        let mut last: std::collections::BTreeMap<String, Value> = Default::default();
-        for e in t["traceEvents"].as_array().unwrap() {
-            if e["ph"] == "C" {
-                let name = e["name"].as_str().unwrap().to_string();
-                assert_ne!(last.get(&name), Some(&e["args"]), "{name} repeated");
-                last.insert(name, e["args"].clone());
-            }
-        }
-        let names: Vec<&str> = last.keys().map(String::as_str).collect();
-        assert_eq!(
-            names,
-            [
-                "device used (cuda:0)",
-                "live bytes",
-                "live tensors",
-                "pool reserved (cuda:0)",
-                "pool used (cuda:0)"
-            ]
-        );
-        // The cache grows each batch: live bytes at each of the 12 batch ends.
-        assert!(stats.counters >= 2 * 12 + 12, "{}", stats.counters);
-    }
-
-    #[test]
-    fn findings_are_placed_where_they_were_judged() {
-        let (t, report) = trace(&SynthLoop::leaky(5, 4));
-        let leak = &report.findings[0];
-        assert!(leak.is_leak());
-        let events = t["traceEvents"].as_array().unwrap();
-        let instant = events
-            .iter()
-            .find(|e| e["ph"] == "i" && e["args"]["label"] == "t")
-            .unwrap();
-        assert_eq!(instant["s"], "g");
-        assert!(instant["name"].as_str().unwrap().starts_with("LEAK `t`"));
-        // At the end of the iteration of the judging loop, not at the end of the trace.
-        let slice = events
-            .iter()
-            .find(|e| {
-                e["ph"] == "X"
-                    && e["args"]["loop"] == leak.loop_name.as_str()
-                    && e["args"]["iteration"] == leak.iteration
-            })
-            .unwrap();
-        let end = slice["ts"].as_f64().unwrap() + slice["dur"].as_f64().unwrap();
-        assert!((instant["ts"].as_f64().unwrap() - end).abs() < 1e-3);
-    }
-
-    #[test]
-    fn the_checker_catches_broken_rules() {
-        let bad = json!({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1}]});
-        assert!(check_trace(&bad).unwrap_err().contains("dur"));
-        let bad = json!({"traceEvents": [
-            {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
-            {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
-        ]});
-        assert!(check_trace(&bad).unwrap_err().contains("nest"));
-        let bad = json!({"traceEvents": [{"ph": "C", "name": "a", "pid": 1, "tid": 1, "ts": 1, "args": {"v": "x"}}]});
-        assert!(check_trace(&bad).unwrap_err().contains("numbers"));
-        assert!(check_trace(&json!([])).is_err());
-    }
-
-    #[test]
-    fn overlapping_iteration_times_still_nest() {
-        let mut events = synth::events(&SynthLoop::leaky(2, 4));
-        // Each iteration claims to have started 5 us before the previous one ended.
-        for e in &mut events {
-            if let Event::IterationEnd { duration_ns, .. } = e {
-                *duration_ns += 5_000;
-            }
-        }
-        let mut w = TraceWriter::new(Vec::new(), &[]).unwrap();
-        for e in &events {
-            w.apply(e).unwrap();
-        }
-        let t: Value = serde_json::from_slice(&w.finish().unwrap()).unwrap();
-        check_trace(&t).unwrap();
-    }
 
     #[test]
     fn micros_keep_nanoseconds() {

@@ -95,6 +95,7 @@ fn extreme_log(time: fn(u64) -> u64) -> Vec<u8> {
                 function: "train".into(),
                 label: "x".into(),
                 kind,
+                note: None,
             },
         });
     }

@@ -15,6 +15,7 @@ fn site(id: u32, label: &str, kind: SiteKind) -> Event {
             function: "train".into(),
             label: label.into(),
             kind,
+            note: None,
         },
     }
 }

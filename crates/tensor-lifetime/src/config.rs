@@ -4,8 +4,9 @@
 //! |---|---|---|
 //! | `TENSOR_LIFETIME` | `on` (default), `off` | `off` disables tracking: every probe returns at once |
 //! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic printing of reports |
-//! | `TENSOR_LIFETIME_JSON` | a path | the latest report as JSON, rewritten at each report |
-//! | `TENSOR_LIFETIME_LOG` | a path | the JSON-lines event log (`docs/event-log.md`) |
+//! | `TENSOR_LIFETIME_JSON` | a path (`{rank}`, `{pid}` replaced) | the latest report as JSON, rewritten at each report |
+//! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the JSON-lines event log (`docs/event-log.md`) |
+//! | `TENSOR_LIFETIME_RANK`, `TENSOR_LIFETIME_WORLD_SIZE` | numbers | this process's rank and the job's size; else the launchers' `RANK` / `WORLD_SIZE` (`LOCAL_RANK` when there is no `RANK`) |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
 //!
 //! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
@@ -20,6 +21,16 @@ pub(crate) enum ReportMode {
     Stderr,
 }
 
+/// This process's place in a multi-process job (torchrun-style launchers, Slurm scripts
+/// and `mpirun` wrappers set `RANK` / `WORLD_SIZE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Rank {
+    pub(crate) rank: Option<u32>,
+    pub(crate) world_size: Option<u32>,
+    /// The machine's host name (Linux: the kernel's; else `HOSTNAME`).
+    pub(crate) host: Option<String>,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) enabled: bool,
@@ -28,6 +39,7 @@ pub(crate) struct Config {
     pub(crate) log: Option<PathBuf>,
     /// The memory monitor's period in iteration ends (0: off).
     pub(crate) memory_every: u64,
+    pub(crate) rank: Rank,
 }
 
 impl Config {
@@ -57,15 +69,53 @@ impl Config {
                 ReportMode::Stderr
             }
         };
-        let path = |k: &str| get(k).filter(|v| !v.trim().is_empty()).map(PathBuf::from);
+        let rank = Rank {
+            rank: number(&get, &["TENSOR_LIFETIME_RANK", "RANK", "LOCAL_RANK"]),
+            world_size: number(&get, &["TENSOR_LIFETIME_WORLD_SIZE", "WORLD_SIZE"]),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .or_else(|| get("HOSTNAME"))
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty()),
+        };
+        let pid = std::process::id();
+        let path = |k: &str| {
+            get(k)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| PathBuf::from(expand_path(&v, rank.rank, pid)))
+        };
         Config {
             enabled,
             report,
             json: path("TENSOR_LIFETIME_JSON"),
             log: path("TENSOR_LIFETIME_LOG"),
             memory_every: memory_every(get("TENSOR_LIFETIME_MEMORY_EVERY").as_deref()),
+            rank,
         }
     }
+}
+
+/// The first of `vars` that is set, as a number (a value that is not one is said once and
+/// the next variable is read).
+fn number(get: &impl Fn(&str) -> Option<String>, vars: &[&str]) -> Option<u32> {
+    vars.iter().find_map(|var| {
+        let value = get(var)?;
+        let value = value.trim();
+        if value.is_empty() {
+            return None;
+        }
+        value
+            .parse()
+            .map_err(|_| warn_env(var, value, "a non-negative number", "it is not used"))
+            .ok()
+    })
+}
+
+/// `{rank}` (the rank, or 0 when there is none) and `{pid}` in a path: one file per
+/// process of a multi-process job.
+pub(crate) fn expand_path(path: &str, rank: Option<u32>, pid: u32) -> String {
+    path.replace("{rank}", &rank.unwrap_or(0).to_string())
+        .replace("{pid}", &pid.to_string())
 }
 
 fn memory_every(value: Option<&str>) -> u64 {
@@ -121,6 +171,38 @@ mod tests {
         assert_eq!(c.json.unwrap(), PathBuf::from("r.json"));
         assert_eq!(c.log.unwrap(), PathBuf::from("e.jsonl"));
         assert_eq!(c.memory_every, 100);
+    }
+
+    #[test]
+    fn rank_from_our_variables_then_the_launchers() {
+        assert_eq!((cfg(&[]).rank.rank, cfg(&[]).rank.world_size), (None, None));
+        let c = cfg(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1")]);
+        assert_eq!((c.rank.rank, c.rank.world_size), (Some(3), Some(8)));
+        let c = cfg(&[("LOCAL_RANK", "1")]);
+        assert_eq!(c.rank.rank, Some(1));
+        let c = cfg(&[
+            ("TENSOR_LIFETIME_RANK", "5"),
+            ("TENSOR_LIFETIME_WORLD_SIZE", "16"),
+            ("RANK", "3"),
+            ("WORLD_SIZE", "8"),
+        ]);
+        assert_eq!((c.rank.rank, c.rank.world_size), (Some(5), Some(16)));
+        // A value that is not a number is not used; the next variable is.
+        let c = cfg(&[("TENSOR_LIFETIME_RANK", "two"), ("RANK", "2")]);
+        assert_eq!(c.rank.rank, Some(2));
+    }
+
+    #[test]
+    fn paths_name_the_rank_and_the_process() {
+        let c = cfg(&[
+            ("RANK", "3"),
+            ("TENSOR_LIFETIME_LOG", "run/{rank}.jsonl"),
+            ("TENSOR_LIFETIME_JSON", "r-{rank}-{pid}.json"),
+        ]);
+        assert_eq!(c.log.unwrap(), PathBuf::from("run/3.jsonl"));
+        let pid = std::process::id();
+        assert_eq!(c.json.unwrap(), PathBuf::from(format!("r-3-{pid}.json")));
+        assert_eq!(expand_path("x-{rank}.jsonl", None, 7), "x-0.jsonl");
     }
 
     #[test]

@@ -44,10 +44,24 @@ impl LeakTestOutcome {
                 || self.leaked_bytes > self.options.max_leaked_bytes)
     }
 
-    /// The failure message: the report and the tensors still alive.
+    /// The failure message: the report and the tensors still alive. It starts with the
+    /// first leaking site as `file:line:col: ` so that editors and CI logs link to it.
     pub fn message(&self, name: &str) -> String {
+        let site = self
+            .report
+            .leaks()
+            .next()
+            .map(|f| (f.site.file.as_str(), f.site.line, f.site.column))
+            .or_else(|| {
+                self.alive
+                    .first()
+                    .map(|t| (t.site.file, t.site.line, t.site.column))
+            });
+        let at = site.map_or_else(String::new, |(file, line, col)| {
+            format!("{file}:{line}:{col}: ")
+        });
         let mut out = format!(
-            "leak test `{name}` failed: {} leaked (max_leaked_bytes {})\n",
+            "{at}leak test `{name}` failed: {} leaked (max_leaked_bytes {})\n",
             format_bytes(self.leaked_bytes),
             format_bytes(self.options.max_leaked_bytes)
         );

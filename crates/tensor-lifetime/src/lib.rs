@@ -85,7 +85,7 @@ pub use memory::{
 pub use scope::{Iteration, LoopScope};
 pub use site::{Site, SiteKind};
 pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};
-pub use tracker::LiveTensor;
+pub use tracker::{LiveTensor, SiteTotals};
 
 #[cfg(feature = "macros")]
 pub use tensor_lifetime_macros::{leak_test, track};
@@ -124,14 +124,9 @@ pub fn snapshot() -> Vec<LiveTensor> {
     tracker::active().map_or_else(Vec::new, |t| t.live(None))
 }
 
-/// Per creation site: tensors born and dropped so far.
-pub fn site_totals() -> Vec<(&'static Site, u64, u64)> {
-    tracker::active().map_or_else(Vec::new, |t| {
-        t.site_totals()
-            .into_iter()
-            .map(|(s, c)| (s, c.born, c.dropped))
-            .collect()
-    })
+/// Per creation site, in source order: tensors born and dropped so far.
+pub fn site_totals() -> Vec<SiteTotals> {
+    tracker::active().map_or_else(Vec::new, |t| t.site_totals())
 }
 
 /// Tags the tensors in a value with the site where this is written.

@@ -5,8 +5,8 @@
 //! site is seen.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use tensor_lifetime_report::event::SiteInfo;
 pub use tensor_lifetime_report::event::SiteKind;
+use tensor_lifetime_report::event::{SiteInfo, SiteNote};
 
 /// A static source location plus a label and a kind.
 ///
@@ -23,6 +23,12 @@ pub struct Site {
     /// Variable name, assigned place, store receiver or loop label.
     pub label: &'static str,
     pub kind: SiteKind,
+    /// A store whose receiver the tracked code also trims: the trimming call's line (in
+    /// `file`) and name. Set by `#[track]` ([`Site::evicted_at`]).
+    pub evicted: Option<(u32, &'static str)>,
+    /// A loop that fills a local the function returns: that local's name
+    /// ([`Site::fills`]).
+    pub fills: Option<&'static str>,
     id: AtomicU32,
 }
 
@@ -46,8 +52,22 @@ impl Site {
             function,
             label,
             kind,
+            evicted: None,
+            fills: None,
             id: AtomicU32::new(0),
         }
+    }
+
+    /// The same store site, whose container the code also trims at `line` with `call`.
+    pub const fn evicted_at(mut self, line: u32, call: &'static str) -> Site {
+        self.evicted = Some((line, call));
+        self
+    }
+
+    /// The same loop site, for a loop that fills `holder`, a local the function returns.
+    pub const fn fills(mut self, holder: &'static str) -> Site {
+        self.fills = Some(holder);
+        self
     }
 
     /// The id assigned by the tracker, 0 before the first use.
@@ -78,6 +98,16 @@ impl Site {
             function,
             label: self.label.to_string(),
             kind: self.kind,
+            note: match (self.evicted, self.fills) {
+                (Some((line, call)), _) => Some(SiteNote::Evicted {
+                    line,
+                    call: call.to_string(),
+                }),
+                (None, Some(holder)) => Some(SiteNote::Fills {
+                    holder: holder.to_string(),
+                }),
+                (None, None) => None,
+            },
         }
     }
 }

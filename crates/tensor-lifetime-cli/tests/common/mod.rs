@@ -2,11 +2,11 @@
 
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tensor_lifetime_report::synth::{self, SynthLoop};
+use tensor_lifetime_test_support::synth::{self, SynthLoop};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tensor-lifetime");
 
@@ -70,13 +70,42 @@ pub fn transcript(out: &Output) -> String {
 
 /// Debian's headless Chromium, which the test set-up installs.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
-pub fn chromium() -> &'static str {
+
+/// Set to `1` to fail, not skip, the tests that need Chromium when it is missing (`.ci/run`
+/// sets it; so does `CI=true`).
+pub const REQUIRE_CHROMIUM: &str = "TENSOR_LIFETIME_REQUIRE_CHROMIUM";
+
+/// Whether `test` can render in Chromium. Without Chromium the test is skipped, and says
+/// so on standard error (past the test harness's capture), so that `cargo test` passes on
+/// a machine with a Rust toolchain only; with [`REQUIRE_CHROMIUM`]`=1` or `CI=true` it
+/// fails instead.
+pub fn chromium_available(test: &str) -> bool {
+    if Path::new(CHROMIUM).exists() {
+        return true;
+    }
+    let set = |name: &str, value: &str| std::env::var(name).is_ok_and(|v| v == value);
     assert!(
-        Path::new(CHROMIUM).exists(),
+        !set(REQUIRE_CHROMIUM, "1") && !set("CI", "true"),
+        "{}",
+        missing()
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "{test}: skipped: chromium not installed; set {REQUIRE_CHROMIUM}=1 to require it"
+    );
+    false
+}
+
+pub fn chromium() -> &'static str {
+    assert!(Path::new(CHROMIUM).exists(), "{}", missing());
+    CHROMIUM
+}
+
+fn missing() -> String {
+    format!(
         "{CHROMIUM} is missing: this test needs Debian's headless Chromium. Run the test \
          set-up (CI does): `apt-get update && apt-get install -y chromium`"
-    );
-    CHROMIUM
+    )
 }
 
 /// Runs headless Chromium on `page` with `extra` arguments; returns its standard output.

@@ -128,6 +128,13 @@ impl MemoryStats {
     }
 }
 
+/// The [`memory_summary`] table of these statistics.
+impl std::fmt::Display for MemoryStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&summary::render(self))
+    }
+}
+
 /// Live and peak tracked bytes, and whether tracking is on.
 fn tracked(device: DeviceId) -> (u64, u64, bool) {
     match crate::tracker::active() {

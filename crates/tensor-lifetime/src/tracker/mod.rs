@@ -64,7 +64,7 @@ mod sweep;
 
 pub(crate) use local::{set_session, SessionMark};
 pub use monitor::set_memory_monitor;
-pub use output::LiveTensor;
+pub use output::{LiveTensor, SiteTotals};
 
 use crate::config::Config;
 use crate::device::DeviceId;

@@ -12,11 +12,14 @@ use std::io::{BufWriter, Write};
 use tensor_lifetime_report::event::{Event, MemorySample};
 use tensor_lifetime_report::Report;
 
-/// Births and drops of one creation site so far.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct SiteTotals {
-    pub(crate) born: u64,
-    pub(crate) dropped: u64,
+/// Births and drops of one creation site so far, as [`crate::site_totals`] lists them.
+#[derive(Debug, Clone, Copy)]
+pub struct SiteTotals {
+    pub site: &'static Site,
+    /// Tensors first seen at this site.
+    pub born: u64,
+    /// Of those, the ones dropped by now.
+    pub dropped: u64,
 }
 
 /// What an automatic report printed of a finding: a new report is printed when this list
@@ -39,7 +42,14 @@ pub(super) fn open_log(config: &Config) -> Option<BufWriter<File>> {
             let started = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let _ = Event::header(std::process::id(), started).write_line(&mut w);
+            let header = Event::rank_header(
+                std::process::id(),
+                started,
+                config.rank.rank,
+                config.rank.world_size,
+                config.rank.host.clone(),
+            );
+            let _ = header.write_line(&mut w);
             let _ = w.flush();
             Some(w)
         }
@@ -161,7 +171,7 @@ impl Tracker {
     }
 
     /// Per-site totals of tensors born and dropped, in source order.
-    pub(crate) fn site_totals(&self) -> Vec<(&'static Site, SiteTotals)> {
+    pub(crate) fn site_totals(&self) -> Vec<SiteTotals> {
         let (st, _) = self.settled();
         // Births are the analysis's count; the dropped are the births not alive now.
         let mut live = vec![0u64; st.sites.len()];
@@ -177,11 +187,15 @@ impl Tracker {
                 let born = st.analysis.births(id);
                 (born > 0).then(|| {
                     let dropped = born.saturating_sub(live);
-                    (*site, SiteTotals { born, dropped })
+                    SiteTotals {
+                        site,
+                        born,
+                        dropped,
+                    }
                 })
             })
             .collect();
-        v.sort_by_key(|(s, _)| (s.file, s.line, s.column));
+        v.sort_by_key(|t| (t.site.file, t.site.line, t.site.column));
         v
     }
 

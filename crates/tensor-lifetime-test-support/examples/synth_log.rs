@@ -2,12 +2,12 @@
 //! of the CLI on long logs:
 //!
 //! ```text
-//! cargo run --release -p tensor-lifetime-report --example synth_log -- 1000000 big.jsonl
-//! cargo run --release -p tensor-lifetime-report --example synth_log -- clean 4 50 clean.jsonl
+//! cargo run --release -p tensor-lifetime-test-support --example synth_log -- 1000000 big.jsonl
+//! cargo run --release -p tensor-lifetime-test-support --example synth_log -- clean 4 50 clean.jsonl
 //! ```
 
 use std::io::{BufWriter, Write};
-use tensor_lifetime_report::synth::{self, SynthLoop};
+use tensor_lifetime_test_support::synth::{self, SynthLoop};
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

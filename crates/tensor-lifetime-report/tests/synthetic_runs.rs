@@ -1,0 +1,249 @@
+//! The renderers (trace, timeline, HTML) and the diff on synthetic runs
+//! (`tensor_lifetime_test_support::synth`): a training loop simulated event by event,
+//! clean or with a dataset cache that leaks.
+
+use tensor_lifetime_report::Report;
+use tensor_lifetime_report::{Analysis, Event};
+use tensor_lifetime_test_support::synth::{self, SynthLoop};
+
+fn report(cfg: &SynthLoop) -> Report {
+    let mut a = Analysis::default();
+    synth::generate(cfg, |e| a.apply(&e));
+    a.report()
+}
+
+mod trace {
+    use super::*;
+    use serde_json::Value;
+    use tensor_lifetime_report::trace::TraceWriter;
+    use tensor_lifetime_test_support::trace_check::check_trace;
+
+    fn trace(cfg: &SynthLoop) -> (Value, Report) {
+        let report = report(cfg);
+        let mut w = TraceWriter::new(Vec::new(), &report.findings).unwrap();
+        synth::generate(cfg, |e| w.apply(&e).unwrap());
+        let bytes = w.finish().unwrap();
+        (serde_json::from_slice(&bytes).unwrap(), report)
+    }
+
+    #[test]
+    fn writes_valid_trace_events() {
+        let (t, report) = trace(&SynthLoop::leaky(3, 4));
+        let stats = check_trace(&t).unwrap();
+        // 12 batch + 3 epoch iterations, 3 batch loops + 1 epoch loop.
+        assert_eq!(stats.slices, 12 + 3 + 3 + 1);
+        assert_eq!(stats.instants, report.findings.len() as u64);
+        assert_eq!(stats.metadata, 2);
+        // Every counter is there, and none repeats its last value.
+        let mut last: std::collections::BTreeMap<String, Value> = Default::default();
+        for e in t["traceEvents"].as_array().unwrap() {
+            if e["ph"] == "C" {
+                let name = e["name"].as_str().unwrap().to_string();
+                assert_ne!(last.get(&name), Some(&e["args"]), "{name} repeated");
+                last.insert(name, e["args"].clone());
+            }
+        }
+        let names: Vec<&str> = last.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "device used (cuda:0)",
+                "live bytes",
+                "live tensors",
+                "pool reserved (cuda:0)",
+                "pool used (cuda:0)"
+            ]
+        );
+        // The cache grows each batch: live bytes at each of the 12 batch ends.
+        assert!(stats.counters >= 2 * 12 + 12, "{}", stats.counters);
+    }
+
+    #[test]
+    fn findings_are_placed_where_they_were_judged() {
+        let (t, report) = trace(&SynthLoop::leaky(5, 4));
+        let leak = &report.findings[0];
+        assert!(leak.is_leak());
+        let events = t["traceEvents"].as_array().unwrap();
+        let instant = events
+            .iter()
+            .find(|e| e["ph"] == "i" && e["args"]["label"] == "t")
+            .unwrap();
+        assert_eq!(instant["s"], "g");
+        assert!(instant["name"].as_str().unwrap().starts_with("LEAK `t`"));
+        // At the end of the iteration of the judging loop, not at the end of the trace.
+        let slice = events
+            .iter()
+            .find(|e| {
+                e["ph"] == "X"
+                    && e["args"]["loop"] == leak.loop_name.as_str()
+                    && e["args"]["iteration"] == leak.iteration
+            })
+            .unwrap();
+        let end = slice["ts"].as_f64().unwrap() + slice["dur"].as_f64().unwrap();
+        assert!((instant["ts"].as_f64().unwrap() - end).abs() < 1e-3);
+    }
+
+    #[test]
+    fn overlapping_iteration_times_still_nest() {
+        let mut events = synth::events(&SynthLoop::leaky(2, 4));
+        // Each iteration claims to have started 5 us before the previous one ended.
+        for e in &mut events {
+            if let Event::IterationEnd { duration_ns, .. } = e {
+                *duration_ns += 5_000;
+            }
+        }
+        let mut w = TraceWriter::new(Vec::new(), &[]).unwrap();
+        for e in &events {
+            w.apply(e).unwrap();
+        }
+        let t: Value = serde_json::from_slice(&w.finish().unwrap()).unwrap();
+        check_trace(&t).unwrap();
+    }
+}
+
+mod timeline {
+    use super::*;
+    use tensor_lifetime_report::{Timeline, TimelineBuilder};
+
+    fn build(cfg: &SynthLoop, max_points: usize) -> Timeline {
+        let mut b = TimelineBuilder::new(max_points);
+        synth::generate(cfg, |e| b.apply(&e));
+        b.finish()
+    }
+
+    #[test]
+    fn live_bytes_by_site_follow_births_and_drops() {
+        let t = build(&SynthLoop::leaky(2, 5), 10_000);
+        assert_eq!(t.iteration_ends, 2 * 5 + 2);
+        assert_eq!(t.points.len(), 12);
+        assert_eq!(t.loops, vec!["'epoch".to_string(), "'batch".to_string()]);
+        let last = t.points.last().unwrap();
+        // Only the optimizer state (5) and the cache (6) are alive at iteration ends, and
+        // together they are what the tracker counted.
+        let sites: Vec<u32> = last.sites.iter().map(|(s, _)| *s).collect();
+        assert_eq!(sites, vec![5, 6]);
+        assert_eq!(
+            last.sites.iter().map(|(_, b)| b).sum::<u64>(),
+            last.live_bytes
+        );
+        assert_eq!(t.top_sites(1), vec![6]);
+        assert_eq!(t.stats[&6].born, 10);
+        assert_eq!(t.stats[&7].stored, 10);
+        assert_eq!(t.stats[&6].peak_survivors, 10);
+        assert_eq!(t.marks.len(), 2);
+        assert_eq!(t.memory["cuda:0"].len(), 10);
+    }
+
+    #[test]
+    fn long_runs_are_downsampled_to_the_cap() {
+        let t = build(&SynthLoop::leaky(10, 500), 64);
+        assert!(t.points.len() <= 64, "{}", t.points.len());
+        assert!(t.points.len() >= 32, "{}", t.points.len());
+        assert_eq!(t.points.iter().map(|p| p.count).sum::<u64>(), 10 * 500 + 10);
+        assert!(t.memory["cuda:0"].len() <= 64);
+        // The last point has the most live bytes of a leak, and it was kept.
+        let max = t.points.iter().map(|p| p.live_bytes).max().unwrap();
+        assert_eq!(max, t.points.last().unwrap().live_bytes);
+    }
+}
+
+mod html {
+    use super::*;
+    use tensor_lifetime_report::html::{render, HtmlOptions};
+    use tensor_lifetime_report::TimelineBuilder;
+
+    fn page(cfg: &SynthLoop, max_points: usize) -> String {
+        let mut a = Analysis::default();
+        let mut t = TimelineBuilder::new(max_points);
+        synth::generate(cfg, |e| {
+            a.apply(&e);
+            t.apply(&e);
+        });
+        render(&t.finish(), &a.report(), &HtmlOptions::default())
+    }
+
+    #[test]
+    fn the_page_is_self_contained() {
+        let html = page(&SynthLoop::leaky(3, 10), 2048);
+        for outside in ["http://", "https://", "<link", " src=", "@import", "url("] {
+            assert!(!html.contains(outside), "found {outside:?}");
+        }
+        assert!(html.contains("<svg id=\"timeline\""));
+        assert!(html.contains("<table id=\"findings\""));
+    }
+
+    #[test]
+    fn the_leaking_site_is_stacked_and_in_the_table() {
+        let html = page(&SynthLoop::leaky(3, 10), 2048);
+        // The cache site is the largest series, marked as a leak, with its holder.
+        assert!(
+            html.contains("class=\"area leak\" data-series=\"0\""),
+            "no leak area"
+        );
+        assert!(html.contains("stored into `self.cache` at src/dataset.rs:42"));
+        assert!(html.contains("id=\"site-6\""));
+        assert!(html.contains("pool used (cuda:0)"));
+        assert_eq!(html.matches("<path class=\"area").count(), 2, "m and t");
+    }
+
+    #[test]
+    fn a_clean_run_says_so() {
+        let html = page(&SynthLoop::clean(3, 10), 2048);
+        assert!(html.contains("class=\"clean\""));
+        assert!(!html.contains("class=\"area leak\""));
+    }
+}
+
+mod diff {
+    use super::*;
+    use tensor_lifetime_report::diff::{Change, SiteDiff};
+    use tensor_lifetime_report::Diff;
+
+    #[test]
+    fn a_run_against_itself_did_not_grow() {
+        let r = report(&SynthLoop::leaky(4, 5));
+        let d = Diff::new(&r, &r);
+        assert!(!d.grew());
+        assert!(d.sites.iter().all(|s| s.change == Change::Same));
+    }
+
+    #[test]
+    fn clean_against_leaky_names_the_leaking_site() {
+        let d = Diff::new(
+            &report(&SynthLoop::clean(4, 5)),
+            &report(&SynthLoop::leaky(4, 5)),
+        );
+        assert!(d.grew());
+        let grown: Vec<&SiteDiff> = d.grown().collect();
+        assert_eq!(grown.len(), 1, "{d}");
+        assert_eq!(
+            (grown[0].file.as_str(), grown[0].line),
+            ("src/dataset.rs", 41)
+        );
+        assert!(grown[0].base.is_none());
+        assert!(grown[0].new.as_ref().unwrap().leak);
+        // The other way round the leak is gone: nothing grew.
+        let back = Diff::new(
+            &report(&SynthLoop::leaky(4, 5)),
+            &report(&SynthLoop::clean(4, 5)),
+        );
+        assert!(!back.grew(), "{back}");
+        assert_eq!(back.sites[0].change, Change::Shrank);
+    }
+
+    #[test]
+    fn a_longer_leak_grew_and_a_moved_line_still_matches() {
+        let base = report(&SynthLoop::leaky(4, 5));
+        let mut new = report(&SynthLoop::leaky(6, 5));
+        for f in &mut new.findings {
+            f.site.line += 3;
+        }
+        let d = Diff::new(&base, &new);
+        assert_eq!(d.sites.len(), 2, "{d}");
+        let t = d.sites.iter().find(|s| s.label == "t").unwrap();
+        assert_eq!(t.change, Change::Grew);
+        assert_eq!((t.line, t.base.as_ref().unwrap().line), (44, 41));
+        let m = d.sites.iter().find(|s| s.label == "m").unwrap();
+        assert_eq!(m.change, Change::Same);
+    }
+}
