@@ -47,24 +47,7 @@ pub fn classifier(varmap: &VarMap) -> Result<Linear> {
     Ok(layer)
 }
 
-macro_rules! twice {
-    (types { $($ty:item)* } code { $($item:item)* }) => {
-        #[allow(dead_code)]
-        pub mod plain {
-            use super::*;
-            $($ty)*
-            $($item)*
-        }
-        #[allow(dead_code)]
-        pub mod tracked {
-            use super::*;
-            $($ty)*
-            $(#[tensor_lifetime::track] $item)*
-        }
-    };
-}
-
-twice! {
+tensor_lifetime_test_support::twice! {
     types {
         #[derive(Debug)]
         pub struct Head {

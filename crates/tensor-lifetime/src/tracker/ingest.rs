@@ -55,8 +55,6 @@ struct Logged {
     storage: Observed,
 }
 
-/// A tensor's storage: its identity (address) and its whole size.
-
 impl Tracker {
     /// Records a tensor seen at `site` (a binding, or a store when `store`). Out of line:
     /// one copy of it for all of a loop body's probes.

@@ -88,6 +88,9 @@ use tensor_lifetime_report::{Analysis, Judgement};
 type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
 
 /// The tracker's life cycle (see the module docs): decided once, then final.
+// One value per process, held in a static for its whole life: boxing `On` would only add
+// a pointer chase to every probe.
+#[allow(clippy::large_enum_variant)]
 enum TrackerState {
     /// Tracking is off (`TENSOR_LIFETIME=off`, or built without `tracking`).
     Off,
