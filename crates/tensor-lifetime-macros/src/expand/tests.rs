@@ -1,0 +1,166 @@
+use super::*;
+
+fn expand(item: TokenStream) -> String {
+    track(TokenStream::new(), item, true).to_string()
+}
+
+#[test]
+fn off_switch_returns_the_item_unchanged() {
+    let item = quote!(
+        fn f(v: &mut Vec<u32>) {
+            let x = 1;
+            for i in 0..3 {
+                v.push(i + x);
+            }
+        }
+    );
+    assert_eq!(
+        track(TokenStream::new(), item.clone(), false).to_string(),
+        item.to_string()
+    );
+    let test = leak_test(
+        TokenStream::new(),
+        quote!(
+            fn t() {}
+        ),
+        false,
+    )
+    .to_string();
+    assert_eq!(
+        test,
+        quote!(
+            #[::core::prelude::v1::test]
+            fn t() {}
+        )
+        .to_string()
+    );
+}
+
+#[test]
+fn tags_each_binding_of_a_pattern() {
+    let out = expand(quote!(
+        fn f() {
+            let (a, Foo { b, .. }, _, None) = make();
+        }
+    ));
+    assert!(out.contains("tag (& a"), "{out}");
+    assert!(out.contains("tag (& b"), "{out}");
+    assert!(!out.contains("tag (& None"), "{out}");
+    assert!(!out.contains("tag (& _"), "{out}");
+}
+
+#[test]
+fn store_labels_name_the_receiver() {
+    let out = expand(quote!(
+        fn f(&mut self, t: Tensor) {
+            self.cache.lock().unwrap().push(t);
+            self.best = Some(t);
+        }
+    ));
+    assert!(out.contains("\"self.cache\""), "{out}");
+    assert!(out.contains("\"self.best\""), "{out}");
+    assert!(out.contains("stored"), "{out}");
+}
+
+#[test]
+fn loops_get_a_scope_and_keep_their_label() {
+    let out = expand(quote!(
+        fn f() {
+            'epoch: for e in 0..3 {
+                continue 'epoch;
+            }
+        }
+    ));
+    assert!(out.contains("enter_loop"), "{out}");
+    assert!(out.contains("'epoch : for __tl_item"), "{out}");
+    assert!(out.contains("\"'epoch\""), "{out}");
+}
+
+#[test]
+fn const_fn_and_nested_items_are_left_alone() {
+    let item = quote!(
+        const fn f() -> u32 {
+            let x = 1;
+            x
+        }
+    );
+    assert_eq!(expand(item.clone()), item.to_string());
+    let out = expand(quote!(
+        fn g() {
+            fn inner() {
+                let y = 2;
+            }
+        }
+    ));
+    assert!(!out.contains("tag"), "{out}");
+}
+
+#[test]
+fn awaiting_loops_in_async_code_get_no_scope() {
+    let out = expand(quote!(
+        async fn f() {
+            for i in 0..3 {
+                step(i).await;
+            }
+            for j in 0..3 {
+                let k = j;
+            }
+        }
+    ));
+    assert_eq!(out.matches("enter_loop").count(), 1, "{out}");
+}
+
+#[test]
+fn wrong_items_are_named() {
+    let out = expand(quote!(
+        fn forward(&self) -> Tensor;
+    ));
+    assert!(out.contains("not to a function without a body"), "{out}");
+    let out = expand(quote!(
+        enum Phase {
+            Train,
+        }
+    ));
+    assert!(out.contains("not to an enum"), "{out}");
+}
+
+#[test]
+fn assignments_and_container_calls() {
+    let out = expand(quote!(
+        fn f(&mut self) {
+            total = (total + loss)?;
+            n += 1;
+            v[next()] += 1;
+            (a, b) = (b, a);
+            self.cache.extend(items);
+            make().extend(items);
+            map.entry(k).or_insert(t);
+            while let Some(batch) = rx.recv() {}
+        }
+    ));
+    assert!(out.contains("tagged ((total + loss) ?"), "{out}");
+    assert!(out.contains("tag (& n"), "{out}");
+    // `v[next()]` cannot be named twice: left alone.
+    assert!(out.contains("v [next ()] += 1 ;"), "{out}");
+    assert!(
+        out.contains("tag (& a") && out.contains("tag (& b"),
+        "{out}"
+    );
+    assert!(out.contains("store (& self . cache"), "{out}");
+    assert!(!out.contains("store (& make ()"), "{out}");
+    assert!(
+        out.contains("or_insert (:: tensor_lifetime :: __private :: stored (t"),
+        "{out}"
+    );
+    assert!(out.contains("\"map\""), "{out}");
+    assert!(out.contains("tag (& batch"), "{out}");
+}
+
+#[test]
+fn compact_text() {
+    let e: Expr = syn::parse_quote!(self.cache[i].lock().unwrap());
+    assert_eq!(compact(&e), "self.cache[i].lock().unwrap()");
+    assert_eq!(compact(&holder(&e)), "self.cache[i]");
+    let e: Expr = syn::parse_quote!(*out);
+    assert_eq!(compact(&e), "*out");
+}

@@ -1,0 +1,306 @@
+//! From verdicts to findings: the report of a session or of all loops, which growing
+//! sites are bounded (trimmed containers, construction loops), and the kind of each
+//! finding.
+
+use super::{Analysis, Judgement, Verdict};
+use crate::event::{HolderSpec, SiteNote, SiteSweep};
+use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
+use std::collections::BTreeMap;
+
+impl Analysis {
+    /// The report of the loops of one session (a leak test), or of all.
+    pub fn report_for(&self, session: Option<u64>) -> Report {
+        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
+        for ((s, _, site), verdict) in &self.confirmed {
+            if session.is_none_or(|want| want == *s) {
+                candidates.push((*site, verdict.clone()));
+            }
+        }
+        // One finding per site: the most serious kind, then the outermost loop.
+        let mut best: BTreeMap<u32, (FindingKind, Verdict, Option<Bound>)> = BTreeMap::new();
+        for (site, mut verdict) in candidates {
+            let bound = self.bound(&verdict);
+            let Some(kind) = classify(&verdict, &verdict.judgement, bound.as_ref()) else {
+                continue;
+            };
+            // A bounded graph or view retention is not growing without end.
+            if bound.is_some() && kind != FindingKind::Retained {
+                verdict.growing = false;
+            }
+            let better = match best.get(&site) {
+                None => true,
+                Some((k, v, _)) => {
+                    let rank = |k: FindingKind, v: &Verdict| {
+                        (
+                            !(v.growing || k == FindingKind::Leak),
+                            k.severity_rank(),
+                            v.depth,
+                            !v.running,
+                        )
+                    };
+                    rank(kind, &verdict) < rank(*k, v)
+                }
+            };
+            if better {
+                best.insert(site, (kind, verdict, bound));
+            }
+        }
+        // Growth held by the graph of a bounded site is bounded with it (the inputs of a
+        // capped optimizer history's differences).
+        let bounded_roots: BTreeMap<u32, Bound> = best
+            .iter()
+            .filter_map(|(site, (_, _, b))| b.clone().map(|b| (*site, b)))
+            .collect();
+        for (kind, verdict, bound) in best.values_mut() {
+            if bound.is_some() {
+                continue;
+            }
+            let top = verdict.series.last.holders.first().map(|h| h.holder);
+            if let Some(HolderSpec::Graph { site: root }) = top {
+                if let Some(b) = bounded_roots.get(&root) {
+                    *bound = Some(b.clone());
+                    if *kind == FindingKind::Leak {
+                        *kind = FindingKind::Retained;
+                    } else {
+                        verdict.growing = false;
+                    }
+                }
+            }
+        }
+        // Leaks held only by the graph of a reported graph retention fold into it.
+        let roots: Vec<u32> = best
+            .iter()
+            .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
+            .map(|(s, _)| *s)
+            .collect();
+        let mut held: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        best.retain(|site, (kind, verdict, _)| {
+            if *kind == FindingKind::GraphRetention || verdict.series.last.holders.is_empty() {
+                return true;
+            }
+            let root = verdict.series.last.holders.iter().try_fold(None, |acc, h| {
+                match (&h.holder, acc) {
+                    (HolderSpec::Graph { site: r }, None) if roots.contains(r) && r != site => {
+                        Ok(Some(*r))
+                    }
+                    (HolderSpec::Graph { site: r }, Some(prev)) if *r == prev => Ok(Some(prev)),
+                    _ => Err(()),
+                }
+            });
+            match root {
+                Ok(Some(r)) => {
+                    held.entry(r).or_default().push(*site);
+                    false
+                }
+                _ => true,
+            }
+        });
+        let mut findings: Vec<Finding> = best
+            .into_iter()
+            .map(|(site, (kind, verdict, bound))| {
+                let held_sites = held
+                    .get(&site)
+                    .map(|v| v.iter().map(|s| self.site_ref(*s)).collect())
+                    .unwrap_or_default();
+                self.finding(site, kind, &verdict, held_sites, bound.as_ref())
+            })
+            .collect();
+        if session.is_none() {
+            findings.extend(self.memory_findings.findings(|id| self.sites.get(&id)));
+        }
+        findings.sort_by(|a, b| {
+            (
+                !a.is_leak(),
+                a.kind.severity_rank(),
+                std::cmp::Reverse(a.bytes),
+            )
+                .cmp(&(
+                    !b.is_leak(),
+                    b.kind.severity_rank(),
+                    std::cmp::Reverse(b.bytes),
+                ))
+                .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
+        });
+        let loops = self
+            .loops
+            .iter()
+            .map(|(site, l)| LoopSummary {
+                site: Some(self.site_ref(*site)),
+                ..l.clone()
+            })
+            .collect();
+        Report {
+            findings,
+            loops,
+            live_tensors: self.live_tensors,
+            live_bytes: self.live_bytes,
+            peak_live_bytes: self.peak_live_bytes,
+            sites_seen: self.born.len() as u64,
+            memory: self.memory.clone(),
+        }
+    }
+
+    /// Whether a verdict's survivors are bounded: their main holder is a store into a
+    /// container the code trims, or they are a construction loop's product (and not held
+    /// by a store into something else).
+    fn bound(&self, v: &Verdict) -> Option<Bound> {
+        let top = v.series.last.holders.first().map(|h| h.holder);
+        let store = match top {
+            Some(HolderSpec::Store { site }) => self.sites.get(&site),
+            _ => None,
+        };
+        if let Some(info) = store {
+            if let Some(SiteNote::Evicted { line, call }) = &info.note {
+                return Some(Bound::Evicted {
+                    holder: info.label.clone(),
+                    file: info.file.clone(),
+                    line: *line,
+                    call: call.clone(),
+                });
+            }
+        }
+        let holder = v.product.as_ref()?;
+        match store {
+            Some(info) if info.label != *holder => None,
+            _ => Some(Bound::Product {
+                holder: holder.clone(),
+            }),
+        }
+    }
+
+    fn site_ref(&self, id: u32) -> SiteRef {
+        match self.sites.get(&id) {
+            Some(info) => SiteRef::from(info),
+            None => SiteRef {
+                file: "<unknown>".into(),
+                line: 0,
+                column: 0,
+                function: String::new(),
+                label: format!("site #{id}"),
+            },
+        }
+    }
+
+    fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
+        let (kind, site) = match h {
+            HolderSpec::Store { site } => ("store", Some(*site)),
+            HolderSpec::Graph { site } => ("graph", Some(*site)),
+            HolderSpec::View { site } => ("view", Some(*site)),
+            HolderSpec::Unknown => ("unknown", None),
+        };
+        let site = site.map(|s| self.site_ref(s));
+        HolderRef {
+            kind: kind.to_string(),
+            file: site.as_ref().map(|s| s.file.clone()),
+            line: site.as_ref().map(|s| s.line),
+            label: site.map(|s| s.label),
+            count,
+        }
+    }
+
+    fn finding(
+        &self,
+        site: u32,
+        kind: FindingKind,
+        v: &Verdict,
+        held_sites: Vec<SiteRef>,
+        bound: Option<&Bound>,
+    ) -> Finding {
+        let last = &v.series.last;
+        let span = v.iteration.saturating_sub(v.series.first_iteration).max(1);
+        let held = |s: &SiteSweep| match kind {
+            FindingKind::GraphRetention => s.graph_bytes.max(s.bytes),
+            FindingKind::ViewRetention => s.view_storage_bytes.max(s.bytes),
+            _ => s.bytes,
+        };
+        let bytes = held(last);
+        let bytes_per_iteration = if v.growing || kind == FindingKind::Leak {
+            bytes.saturating_sub(held(&v.series.first)) / span
+        } else {
+            0
+        };
+        Finding {
+            kind,
+            growing: v.growing,
+            site: self.site_ref(site),
+            loop_name: v.loop_name.clone(),
+            loop_site: Some(self.site_ref(v.loop_site)),
+            iteration: v.iteration,
+            survivors: last.survivors,
+            iterations: last.iterations,
+            first_iteration: last.first_iteration,
+            bytes,
+            bytes_per_iteration,
+            refcount: last.refcount,
+            holders: last
+                .holders
+                .iter()
+                .map(|h| self.holder_ref(&h.holder, h.count))
+                .collect(),
+            graph_tensors: last.graph_tensors,
+            graph_bytes: last.graph_bytes,
+            view_bytes: last.view_bytes,
+            view_storage_bytes: last.view_storage_bytes,
+            held_sites,
+            hint: match bound {
+                Some(bound) => bound.hint(),
+                None => kind.hint().to_string(),
+            },
+        }
+    }
+}
+
+/// Why a growing site is bounded (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// Held by a store into a container the code trims at `line` with `call`.
+    Evicted {
+        holder: String,
+        file: String,
+        line: u32,
+        call: String,
+    },
+    /// Built by a construction loop into `holder`, which its function returns.
+    Product { holder: String },
+}
+
+impl Bound {
+    fn hint(&self) -> String {
+        match self {
+            Bound::Evicted {
+                holder,
+                file,
+                line,
+                call,
+            } => format!(
+                "bounded: `{holder}` is trimmed at {file}:{line} (`{call}`); it grows until it fills, then stays flat"
+            ),
+            Bound::Product { holder } => format!(
+                "built by a construction loop into `{holder}`, which its function returns (model state, not a leak)"
+            ),
+        }
+    }
+}
+
+pub(super) fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Option<FindingKind> {
+    let last = &v.series.last;
+    if last.survivors == 0 {
+        return None;
+    }
+    if last.graph_tensors > 0 {
+        return Some(FindingKind::GraphRetention);
+    }
+    if last.view_bytes > 0 && last.view_storage_bytes >= j.view_ratio * last.view_bytes {
+        return Some(FindingKind::ViewRetention);
+    }
+    if v.growing {
+        return Some(match bound {
+            Some(_) => FindingKind::Retained,
+            None => FindingKind::Leak,
+        });
+    }
+    if last.iterations == 1 && v.iteration.saturating_sub(last.last_iteration) >= j.k {
+        return Some(FindingKind::Retained);
+    }
+    None
+}
