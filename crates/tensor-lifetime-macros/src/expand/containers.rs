@@ -26,11 +26,11 @@ pub(super) const EVICTING: &[&str] = &[
 /// Containers that tracked code trims, by receiver text (`self.buffer`, as store labels
 /// spell it): the first trimming call's span (its line is named) and what it is.
 #[derive(Default, Clone)]
-pub(super) struct Evictions(BTreeMap<String, (Span, String)>);
+pub(super) struct Evictions(pub(super) BTreeMap<String, (Span, String)>);
 
 impl Evictions {
     /// The trims in one body.
-    fn of(block: &Block) -> Evictions {
+    pub(super) fn of(block: &Block) -> Evictions {
         struct Finder(Evictions);
         impl<'a> Visit<'a> for Finder {
             fn visit_expr_method_call(&mut self, call: &'a ExprMethodCall) {
@@ -71,7 +71,7 @@ impl Evictions {
     }
 
     /// The trims of `self.` containers in the methods of one impl or trait.
-    fn of_self<'a>(blocks: impl Iterator<Item = &'a Block>) -> Evictions {
+    pub(super) fn of_self<'a>(blocks: impl Iterator<Item = &'a Block>) -> Evictions {
         let mut all = Evictions::default();
         for block in blocks {
             let found = Evictions::of(block);
@@ -84,11 +84,11 @@ impl Evictions {
         all
     }
 
-    fn note(&mut self, label: String, span: Span, call: String) {
+    pub(super) fn note(&mut self, label: String, span: Span, call: String) {
         self.0.entry(label).or_insert((span, call));
     }
 
-    fn merge(&mut self, other: &Evictions) {
+    pub(super) fn merge(&mut self, other: &Evictions) {
         for (label, at) in &other.0 {
             self.0.entry(label.clone()).or_insert_with(|| at.clone());
         }
@@ -195,7 +195,11 @@ pub(super) fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String>
 /// reference before the value is built), computed values (`Tensor::new(..)?`, a field
 /// already tagged) are wrapped in place in `stored(.., site)`. Returns whether it wrapped
 /// any.
-pub(super) fn inner_stores(expr: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
+pub(super) fn inner_stores(
+    expr: &mut Expr,
+    site: &proc_macro2::Ident,
+    before: &mut Vec<Expr>,
+) -> bool {
     fn value(e: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
         match e {
             Expr::Path(_) | Expr::Field(_) if is_pure_place(e) && !is_self(e) => {

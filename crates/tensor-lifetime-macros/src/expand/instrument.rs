@@ -11,7 +11,7 @@ pub(super) enum Kind {
 }
 
 impl Kind {
-    fn ident(self) -> proc_macro2::Ident {
+    pub(super) fn ident(self) -> proc_macro2::Ident {
         let name = match self {
             Kind::Binding => "Binding",
             Kind::Assignment => "Assignment",
@@ -25,15 +25,15 @@ impl Kind {
 /// The body rewriter (see the module docs).
 pub(super) struct Instrument {
     /// The enclosing function's name, for every site in it (closures included).
-    function: String,
+    pub(super) function: String,
     /// Inside an `async fn` or `async` block (loops that await get no scope).
-    in_async: bool,
+    pub(super) in_async: bool,
     /// The impl's type, for `Self { .. }` in struct-literal labels.
-    self_type: Option<String>,
+    pub(super) self_type: Option<String>,
     /// Containers the code trims, by receiver text: their stores are bounded.
-    evictions: Evictions,
+    pub(super) evictions: Evictions,
     /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
-    returned: Vec<String>,
+    pub(super) returned: Vec<String>,
 }
 
 /// A generated local, invisible to user code (`Span::mixed_site`).
@@ -44,12 +44,18 @@ pub(super) fn local(name: &str) -> proc_macro2::Ident {
 impl Instrument {
     /// `&'static Site` for the user's token at `span`: a `static` in a block, with
     /// `file!()`/`line!()`/`column!()` spanned at that token so they name its place.
-    fn site(&self, span: Span, label: &str, kind: Kind) -> TokenStream {
+    pub(super) fn site(&self, span: Span, label: &str, kind: Kind) -> TokenStream {
         self.site_with(span, label, kind, TokenStream::new())
     }
 
     /// A site with a builder call appended (`.evicted_at(..)`, `.fills(..)`).
-    fn site_with(&self, span: Span, label: &str, kind: Kind, extra: TokenStream) -> TokenStream {
+    pub(super) fn site_with(
+        &self,
+        span: Span,
+        label: &str,
+        kind: Kind,
+        extra: TokenStream,
+    ) -> TokenStream {
         let function = &self.function;
         let kind = kind.ident();
         let file = quote_spanned!(span=> ::core::file!());
@@ -68,7 +74,7 @@ impl Instrument {
 
     /// A store site into `label`; bounded (`.evicted_at(line, call)`) when the code also
     /// trims that container.
-    fn store_site(&self, span: Span, label: &str) -> TokenStream {
+    pub(super) fn store_site(&self, span: Span, label: &str) -> TokenStream {
         match self.evictions.0.get(label) {
             Some((at, call)) => {
                 let line = quote_spanned!(*at=> ::core::line!());
@@ -79,7 +85,7 @@ impl Instrument {
     }
 
     /// `tag(&ident, SITE);` for each identifier bound by `pat`.
-    fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
+    pub(super) fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
         let mut idents = Vec::new();
         pat_idents(pat, &mut idents);
         idents
@@ -97,7 +103,7 @@ impl Instrument {
     }
 
     /// `place = value`, `place op= value`.
-    fn assignment(&mut self, expr: &mut Expr) {
+    pub(super) fn assignment(&mut self, expr: &mut Expr) {
         match expr {
             Expr::Assign(a) => {
                 if diverges(&a.right) {
@@ -145,7 +151,7 @@ impl Instrument {
     }
 
     /// Stores into containers through their methods.
-    fn method_store(&mut self, expr: &mut Expr) {
+    pub(super) fn method_store(&mut self, expr: &mut Expr) {
         let Expr::MethodCall(call) = expr else {
             return;
         };
@@ -206,7 +212,7 @@ impl Instrument {
     /// `Type { field: EXPR }`: the field's value is tagged at the field (label
     /// `Type.field`), so a tensor that only ever lives in a struct is seen. Named values
     /// (`Head { tril }`) were tagged where they were bound.
-    fn struct_fields(&mut self, expr: &mut Expr) {
+    pub(super) fn struct_fields(&mut self, expr: &mut Expr) {
         let Expr::Struct(st) = expr else {
             return;
         };
@@ -237,7 +243,7 @@ impl Instrument {
     }
 
     /// `for`, `while`, `loop`: a loop scope around, an iteration guard inside.
-    fn instrument_loop(&mut self, expr: &mut Expr) {
+    pub(super) fn instrument_loop(&mut self, expr: &mut Expr) {
         // A labeled loop (`'epoch`, `'step`) is named as a phase of a run: never taken
         // for a construction loop.
         let labeled = match &*expr {
