@@ -27,7 +27,7 @@
 //! and tracking would find nothing. [`foreign_candle`] says so, once, at the first such
 //! tensor probed.
 
-use candle_core::{CpuStorage, Storage, Tensor, Var, WithDType};
+use candle_core::{CpuStorage, DType, Storage, Tensor, Var, WithDType};
 use half::{bf16, f16};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,12 +51,13 @@ pub(crate) fn candle_version() -> String {
 /// Bytes of the whole storage behind a tensor (not just its view); `None` for what this
 /// build does not read (Metal, and the 8-, 6- and 4-bit float formats of candle 0.9.2 and
 /// later, whose element types are not nameable on older releases); the caller then counts
-/// the tensor's own bytes.
-pub(crate) fn storage_bytes(storage: &Storage) -> Option<u64> {
+/// the tensor's own bytes. `dtype` is the tensor's (its storage's): only that element
+/// type is read, so no accessor is called with a type it must refuse.
+pub(crate) fn storage_bytes(storage: &Storage, dtype: DType) -> Option<u64> {
     match storage {
-        Storage::Cpu(c) => cpu_storage_bytes(c),
+        Storage::Cpu(c) => cpu_storage_bytes(c, dtype),
         #[cfg(feature = "cuda")]
-        Storage::Cuda(c) => cuda_storage_bytes(c),
+        Storage::Cuda(c) => cuda_storage_bytes(c, dtype),
         #[allow(unreachable_patterns)]
         _ => None,
     }
@@ -70,11 +71,11 @@ struct Elem<T>(PhantomData<T>);
 // why: unused on a candle that implements every type tried (0.9.2 and later).
 #[allow(dead_code)]
 trait NotAnElem {
-    fn cpu_len(&self, _: &CpuStorage) -> Option<usize> {
+    fn cpu_len(&self, _: &CpuStorage, _: DType) -> Option<usize> {
         None
     }
     #[cfg(feature = "cuda")]
-    fn cuda_len(&self, _: &candle_core::CudaStorage) -> Option<usize> {
+    fn cuda_len(&self, _: &candle_core::CudaStorage, _: DType) -> Option<usize> {
         None
     }
 }
@@ -82,42 +83,48 @@ impl<T> NotAnElem for Elem<T> {}
 
 impl<T: WithDType> Elem<T> {
     #[inline]
-    fn cpu_len(&self, s: &CpuStorage) -> Option<usize> {
+    fn cpu_len(&self, s: &CpuStorage, dtype: DType) -> Option<usize> {
+        if T::DTYPE != dtype {
+            return None;
+        }
         s.as_slice::<T>().ok().map(<[T]>::len)
     }
 }
 
 #[cfg(feature = "cuda")]
-impl<T: candle_core::cuda_backend::CudaDType> Elem<T> {
+impl<T: candle_core::cuda_backend::CudaDType + WithDType> Elem<T> {
     #[inline]
-    fn cuda_len(&self, s: &candle_core::CudaStorage) -> Option<usize> {
+    fn cuda_len(&self, s: &candle_core::CudaStorage, dtype: DType) -> Option<usize> {
+        if <T as WithDType>::DTYPE != dtype {
+            return None;
+        }
         s.as_cuda_slice::<T>().ok().map(|slice| slice.len())
     }
 }
 
-/// Calls `$probe` on `Elem<T>` for each element type until one matches the storage's;
+/// Calls `$probe` on `Elem<T>` for each element type until one is the storage's `dtype`;
 /// the bytes are its length times the type's size.
 macro_rules! storage_bytes_of {
-    ($storage:expr, $probe:ident, $($ty:ty),*) => {{
-        let s = $storage;
+    ($storage:expr, $dtype:expr, $probe:ident, $($ty:ty),*) => {{
+        let (s, dtype) = ($storage, $dtype);
         None
             $(.or_else(|| {
                 Elem::<$ty>(PhantomData)
-                    .$probe(s)
+                    .$probe(s, dtype)
                     .map(|n| (n * std::mem::size_of::<$ty>()) as u64)
             }))*
     }};
 }
 
-fn cpu_storage_bytes(s: &CpuStorage) -> Option<u64> {
-    storage_bytes_of!(s, cpu_len, f32, bf16, f16, f64, u8, u32, i64, i16, i32)
+fn cpu_storage_bytes(s: &CpuStorage, dtype: DType) -> Option<u64> {
+    storage_bytes_of!(s, dtype, cpu_len, f32, bf16, f16, f64, u8, u32, i64, i16, i32)
 }
 
 /// Bytes of a CUDA storage as candle asked for them (`len × size_of::<T>()`; the pool
 /// rounds each allocation up).
 #[cfg(feature = "cuda")]
-fn cuda_storage_bytes(s: &candle_core::CudaStorage) -> Option<u64> {
-    storage_bytes_of!(s, cuda_len, f32, bf16, f16, f64, u8, u32, i64, i16, i32)
+fn cuda_storage_bytes(s: &candle_core::CudaStorage, dtype: DType) -> Option<u64> {
+    storage_bytes_of!(s, dtype, cuda_len, f32, bf16, f16, f64, u8, u32, i64, i16, i32)
 }
 
 /// Checks a probed value whose type is none of the known tensor-holding types: if its type
@@ -191,7 +198,7 @@ fn foreign_message(type_name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device};
+    use candle_core::Device;
 
     #[test]
     fn storage_bytes_of_every_dtype_this_candle_has() {
@@ -207,7 +214,7 @@ mod tests {
             let t = Tensor::zeros((3, 5), dtype, &Device::Cpu).unwrap();
             let (guard, _) = t.storage_and_layout();
             assert_eq!(
-                storage_bytes(&guard),
+                storage_bytes(&guard, dtype),
                 Some(15 * dtype.size_in_bytes() as u64),
                 "{dtype:?}"
             );
@@ -219,7 +226,9 @@ mod tests {
         let t = Tensor::zeros((8, 4), DType::F32, &Device::Cpu).unwrap();
         let row = t.narrow(0, 2, 1).unwrap();
         let (guard, _) = row.storage_and_layout();
-        assert_eq!(storage_bytes(&guard), Some(8 * 4 * 4));
+        assert_eq!(storage_bytes(&guard, row.dtype()), Some(8 * 4 * 4));
+        // Only the given element type is read.
+        assert_eq!(storage_bytes(&guard, DType::U8), None);
     }
 
     #[test]

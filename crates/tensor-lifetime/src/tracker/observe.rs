@@ -29,7 +29,7 @@ impl Observed {
     pub(super) fn of(t: &Tensor) -> Observed {
         let (guard, _) = t.storage_and_layout();
         let storage = &*guard as *const Storage as usize;
-        let bytes = storage_bytes(&guard);
+        let bytes = storage_bytes(&guard, t.dtype());
         drop(guard);
         Observed {
             storage,
