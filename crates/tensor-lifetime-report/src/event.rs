@@ -33,6 +33,19 @@ pub enum SiteKind {
     Loop,
 }
 
+impl SiteKind {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteKind::Binding => "binding",
+            SiteKind::Assignment => "assignment",
+            SiteKind::Store => "store",
+            SiteKind::Explicit => "explicit",
+            SiteKind::Loop => "loop",
+        }
+    }
+}
+
 /// A static source location plus a label, as the tracker's `Site`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteInfo {
@@ -67,8 +80,14 @@ pub enum SiteNote {
 impl SiteInfo {
     /// `file:line`.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.line)
+        location(&self.file, self.line)
     }
+}
+
+/// `file:line`: how reports, the trace and the diff name a place in the source (the
+/// `location()` of [`SiteInfo`], [`crate::report::SiteRef`] and [`crate::diff::SiteDiff`]).
+pub fn location(file: &str, line: u32) -> String {
+    format!("{file}:{line}")
 }
 
 /// Who keeps a survivor alive, as far as the tracker can tell.

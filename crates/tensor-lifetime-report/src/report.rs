@@ -1,7 +1,7 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::event::{MemorySample, SiteInfo};
+use crate::event::{location, MemorySample, SiteInfo};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};
@@ -101,15 +101,37 @@ impl From<&SiteInfo> for SiteRef {
 impl SiteRef {
     /// `file:line`.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.line)
+        location(&self.file, self.line)
     }
+
+    /// Whether this is the site `info` declares (the same place and label).
+    pub fn refers_to(&self, info: &SiteInfo) -> bool {
+        self.file == info.file
+            && self.line == info.line
+            && self.column == info.column
+            && self.label == info.label
+    }
+}
+
+/// How a holder keeps survivors alive (the kinds of [`crate::event::HolderSpec`]); in
+/// JSON `store`, `graph`, `view` or `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderKind {
+    /// The survivors went through a store site (`self.cache.push(t)`).
+    Store,
+    /// They are nodes of the autograd graph of a survivor of the holding site.
+    Graph,
+    /// They share their storage with a survivor of the holding site.
+    View,
+    /// Nothing the tracker saw holds them.
+    Unknown,
 }
 
 /// Who holds survivors of a finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderRef {
-    /// `store`, `graph`, `view` or `unknown`.
-    pub kind: String,
+    pub kind: HolderKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,15 +146,15 @@ pub struct HolderRef {
 impl fmt::Display for HolderRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!(" at {file}:{line}"),
+            (Some(file), Some(line)) => format!(" at {}", location(file, line)),
             _ => String::new(),
         };
         let label = self.label.as_deref().unwrap_or("?");
-        match self.kind.as_str() {
-            "store" => write!(f, "stored into `{label}`{at}"),
-            "graph" => write!(f, "held by the autograd graph of `{label}`{at}"),
-            "view" => write!(f, "shares storage with `{label}`{at}"),
-            _ => write!(
+        match self.kind {
+            HolderKind::Store => write!(f, "stored into `{label}`{at}"),
+            HolderKind::Graph => write!(f, "held by the autograd graph of `{label}`{at}"),
+            HolderKind::View => write!(f, "shares storage with `{label}`{at}"),
+            HolderKind::Unknown => write!(
                 f,
                 "no holder seen (a variable outside the loop, a global, or untracked code)"
             ),
@@ -306,7 +328,11 @@ impl fmt::Display for Finding {
         }
         let loc = self.site.location();
         write!(f, "{tag:<9}{loc}  `{}`", self.site.label)?;
-        let stores: Vec<&HolderRef> = self.holders.iter().filter(|h| h.kind == "store").collect();
+        let stores: Vec<&HolderRef> = self
+            .holders
+            .iter()
+            .filter(|h| h.kind == HolderKind::Store)
+            .collect();
         if let Some(store) = stores.first() {
             write!(f, " ({store})")?;
         }
@@ -353,7 +379,7 @@ impl fmt::Display for Finding {
         for h in self
             .holders
             .iter()
-            .filter(|h| h.kind != "store" || stores.len() > 1)
+            .filter(|h| h.kind != HolderKind::Store || stores.len() > 1)
         {
             writeln!(f, "{pad}{} ({})", h, plural(h.count, "tensor", "tensors"))?;
         }

@@ -529,12 +529,7 @@ impl Timeline {
     pub fn site_id(&self, site: &crate::report::SiteRef) -> Option<u32> {
         self.sites
             .iter()
-            .find(|(_, s)| {
-                s.file == site.file
-                    && s.line == site.line
-                    && s.column == site.column
-                    && s.label == site.label
-            })
+            .find(|(_, s)| site.refers_to(s))
             .map(|(id, _)| *id)
     }
 }

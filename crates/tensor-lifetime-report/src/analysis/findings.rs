@@ -4,7 +4,7 @@
 
 use super::{Analysis, Judgement, Verdict};
 use crate::event::{HolderSpec, SiteNote, SiteSweep};
-use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
+use crate::report::{Finding, FindingKind, HolderKind, HolderRef, LoopSummary, Report, SiteRef};
 use std::collections::BTreeMap;
 
 impl Analysis {
@@ -183,14 +183,14 @@ impl Analysis {
 
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
         let (kind, site) = match h {
-            HolderSpec::Store { site } => ("store", Some(*site)),
-            HolderSpec::Graph { site } => ("graph", Some(*site)),
-            HolderSpec::View { site } => ("view", Some(*site)),
-            HolderSpec::Unknown => ("unknown", None),
+            HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
+            HolderSpec::Graph { site } => (HolderKind::Graph, Some(*site)),
+            HolderSpec::View { site } => (HolderKind::View, Some(*site)),
+            HolderSpec::Unknown => (HolderKind::Unknown, None),
         };
         let site = site.map(|s| self.site_ref(s));
         HolderRef {
-            kind: kind.to_string(),
+            kind,
             file: site.as_ref().map(|s| s.file.clone()),
             line: site.as_ref().map(|s| s.line),
             label: site.map(|s| s.label),
