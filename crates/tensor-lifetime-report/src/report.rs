@@ -285,49 +285,86 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", group(n), if n == 1 { one } else { many })
 }
 
+impl Finding {
+    /// The tag that starts the finding's text: `LEAK` for every leak, else its kind.
+    fn tag(&self) -> &'static str {
+        if self.is_leak() {
+            return "LEAK";
+        }
+        match self.kind {
+            FindingKind::Retained => "RETAINED",
+            FindingKind::GraphRetention => "GRAPH",
+            FindingKind::ViewRetention => "VIEW",
+            FindingKind::Leak => "LEAK",
+            FindingKind::UntrackedGrowth => "UNTRACKED",
+            FindingKind::ShapeChurn => "CHURN",
+        }
+    }
+
+    /// The text of the memory findings (memory_findings.rs), which carry their numbers in
+    /// the hint; `None` for the others.
+    fn fmt_memory(&self, f: &mut fmt::Formatter<'_>, pad: &str) -> Option<fmt::Result> {
+        let tag = self.tag();
+        let head = match self.kind {
+            FindingKind::UntrackedGrowth => writeln!(
+                f,
+                "{tag:<8} {}  {}: +{} per iteration in loop {}",
+                self.site.file,
+                self.site.label,
+                format_bytes(self.bytes_per_iteration),
+                self.loop_name
+            ),
+            FindingKind::ShapeChurn => writeln!(
+                f,
+                "{tag:<8} {}  `{}` makes tensors of new sizes in loop {}, up to {}",
+                self.site.location(),
+                self.site.label,
+                self.loop_name,
+                format_bytes(self.bytes)
+            ),
+            _ => return None,
+        };
+        Some(head.and_then(|()| writeln!(f, "{pad}{}", self.hint)))
+    }
+
+    /// The line of the survivors: how many, born when, alive where, how many bytes.
+    fn fmt_survivors(&self, f: &mut fmt::Formatter<'_>, pad: &str) -> fmt::Result {
+        let born = if self.iterations == 1 {
+            format!("born in iteration {}", self.first_iteration)
+        } else {
+            format!(
+                "born in {}",
+                plural(self.iterations, "iteration", "iterations")
+            )
+        };
+        write!(
+            f,
+            "{pad}{} {born} still alive in loop {} (iteration {}), {}",
+            plural(self.survivors, "tensor", "tensors"),
+            self.loop_name,
+            self.iteration,
+            format_bytes(self.bytes)
+        )?;
+        if self.bytes_per_iteration > 0 {
+            write!(
+                f,
+                ", +{} per iteration",
+                format_bytes(self.bytes_per_iteration)
+            )?;
+        }
+        writeln!(f, ", refcount {}", self.refcount)
+    }
+}
+
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let tag = if self.is_leak() {
-            "LEAK"
-        } else {
-            match self.kind {
-                FindingKind::Retained => "RETAINED",
-                FindingKind::GraphRetention => "GRAPH",
-                FindingKind::ViewRetention => "VIEW",
-                FindingKind::Leak => "LEAK",
-                FindingKind::UntrackedGrowth => "UNTRACKED",
-                FindingKind::ShapeChurn => "CHURN",
-            }
-        };
         let pad = " ".repeat(9);
-        // The memory findings (memory_findings.rs) carry their numbers in the hint.
-        match self.kind {
-            FindingKind::UntrackedGrowth => {
-                writeln!(
-                    f,
-                    "{tag:<8} {}  {}: +{} per iteration in loop {}",
-                    self.site.file,
-                    self.site.label,
-                    format_bytes(self.bytes_per_iteration),
-                    self.loop_name
-                )?;
-                return writeln!(f, "{pad}{}", self.hint);
-            }
-            FindingKind::ShapeChurn => {
-                writeln!(
-                    f,
-                    "{tag:<8} {}  `{}` makes tensors of new sizes in loop {}, up to {}",
-                    self.site.location(),
-                    self.site.label,
-                    self.loop_name,
-                    format_bytes(self.bytes)
-                )?;
-                return writeln!(f, "{pad}{}", self.hint);
-            }
-            _ => {}
+        if let Some(done) = self.fmt_memory(f, &pad) {
+            return done;
         }
         let loc = self.site.location();
-        write!(f, "{tag:<9}{loc}  `{}`", self.site.label)?;
+        write!(f, "{:<9}{loc}  `{}`", self.tag(), self.site.label)?;
+        // The first store is named on the first line; the other holders below.
         let stores: Vec<&HolderRef> = self
             .holders
             .iter()
@@ -352,30 +389,7 @@ impl fmt::Display for Finding {
             )?,
             _ => {}
         }
-        let born = if self.iterations == 1 {
-            format!("born in iteration {}", self.first_iteration)
-        } else {
-            format!(
-                "born in {}",
-                plural(self.iterations, "iteration", "iterations")
-            )
-        };
-        write!(
-            f,
-            "{pad}{} {born} still alive in loop {} (iteration {}), {}",
-            plural(self.survivors, "tensor", "tensors"),
-            self.loop_name,
-            self.iteration,
-            format_bytes(self.bytes)
-        )?;
-        if self.bytes_per_iteration > 0 {
-            write!(
-                f,
-                ", +{} per iteration",
-                format_bytes(self.bytes_per_iteration)
-            )?;
-        }
-        writeln!(f, ", refcount {}", self.refcount)?;
+        self.fmt_survivors(f, &pad)?;
         for h in self
             .holders
             .iter()
