@@ -195,7 +195,11 @@ pub(super) fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String>
 /// reference before the value is built), computed values (`Tensor::new(..)?`, a field
 /// already tagged) are wrapped in place in `stored(.., site)`. Returns whether it wrapped
 /// any.
-pub(super) fn inner_stores(expr: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
+pub(super) fn inner_stores(
+    expr: &mut Expr,
+    site: &proc_macro2::Ident,
+    before: &mut Vec<Expr>,
+) -> bool {
     fn value(e: &mut Expr, site: &proc_macro2::Ident, before: &mut Vec<Expr>) -> bool {
         match e {
             Expr::Path(_) | Expr::Field(_) if is_pure_place(e) && !is_self(e) => {

@@ -499,7 +499,6 @@ impl Analysis {
     pub fn report(&self) -> Report {
         self.report_for(None)
     }
-
 }
 
 /// An iteration end's summaries by site. The tracker writes them sorted by site (looked

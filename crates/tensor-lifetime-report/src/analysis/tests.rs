@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::event::HolderSpec;
-use crate::report::FindingKind;
 use crate::event::{HolderCount, SiteKind};
+use crate::report::FindingKind;
 
 fn site(id: u32, label: &str) -> Event {
     Event::Site {
