@@ -30,7 +30,7 @@ pub(super) struct Evictions(BTreeMap<String, (Span, String)>);
 
 impl Evictions {
     /// The trims in one body.
-    fn of(block: &Block) -> Evictions {
+    pub(super) fn of(block: &Block) -> Evictions {
         struct Finder(Evictions);
         impl<'a> Visit<'a> for Finder {
             fn visit_expr_method_call(&mut self, call: &'a ExprMethodCall) {
@@ -71,7 +71,7 @@ impl Evictions {
     }
 
     /// The trims of `self.` containers in the methods of one impl or trait.
-    fn of_self<'a>(blocks: impl Iterator<Item = &'a Block>) -> Evictions {
+    pub(super) fn of_self<'a>(blocks: impl Iterator<Item = &'a Block>) -> Evictions {
         let mut all = Evictions::default();
         for block in blocks {
             let found = Evictions::of(block);
@@ -84,11 +84,17 @@ impl Evictions {
         all
     }
 
+    /// The first trim of `label`: its span and what it is.
+    pub(super) fn get(&self, label: &str) -> Option<&(Span, String)> {
+        self.0.get(label)
+    }
+
     fn note(&mut self, label: String, span: Span, call: String) {
         self.0.entry(label).or_insert((span, call));
     }
 
-    fn merge(&mut self, other: &Evictions) {
+    /// Adds the trims of `other` on receivers this has none of.
+    pub(super) fn merge(&mut self, other: &Evictions) {
         for (label, at) in &other.0 {
             self.0.entry(label.clone()).or_insert_with(|| at.clone());
         }

@@ -25,15 +25,15 @@ impl Kind {
 /// The body rewriter (see the module docs).
 pub(super) struct Instrument {
     /// The enclosing function's name, for every site in it (closures included).
-    function: String,
+    pub(super) function: String,
     /// Inside an `async fn` or `async` block (loops that await get no scope).
-    in_async: bool,
+    pub(super) in_async: bool,
     /// The impl's type, for `Self { .. }` in struct-literal labels.
-    self_type: Option<String>,
+    pub(super) self_type: Option<String>,
     /// Containers the code trims, by receiver text: their stores are bounded.
-    evictions: Evictions,
+    pub(super) evictions: Evictions,
     /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
-    returned: Vec<String>,
+    pub(super) returned: Vec<String>,
 }
 
 /// A generated local, invisible to user code (`Span::mixed_site`).
@@ -69,7 +69,7 @@ impl Instrument {
     /// A store site into `label`; bounded (`.evicted_at(line, call)`) when the code also
     /// trims that container.
     fn store_site(&self, span: Span, label: &str) -> TokenStream {
-        match self.evictions.0.get(label) {
+        match self.evictions.get(label) {
             Some((at, call)) => {
                 let line = quote_spanned!(*at=> ::core::line!());
                 self.site_with(span, label, Kind::Store, quote!(.evicted_at(#line, #call)))
