@@ -77,7 +77,7 @@ impl SiteDiff {
 
     /// `file:line`.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.line)
+        crate::event::location(&self.file, self.line)
     }
 }
 

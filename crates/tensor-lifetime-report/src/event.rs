@@ -33,6 +33,19 @@ pub enum SiteKind {
     Loop,
 }
 
+impl SiteKind {
+    /// The name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SiteKind::Binding => "binding",
+            SiteKind::Assignment => "assignment",
+            SiteKind::Store => "store",
+            SiteKind::Explicit => "explicit",
+            SiteKind::Loop => "loop",
+        }
+    }
+}
+
 /// A static source location plus a label, as the tracker's `Site`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteInfo {
@@ -67,8 +80,14 @@ pub enum SiteNote {
 impl SiteInfo {
     /// `file:line`.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.line)
+        location(&self.file, self.line)
     }
+}
+
+/// `file:line`: how reports, the trace and the diff name a place in the source (the
+/// `location()` of [`SiteInfo`], [`crate::report::SiteRef`] and [`crate::diff::SiteDiff`]).
+pub fn location(file: &str, line: u32) -> String {
+    format!("{file}:{line}")
 }
 
 /// Who keeps a survivor alive, as far as the tracker can tell.
@@ -528,16 +547,24 @@ fn describe(text: &[u8]) -> String {
     format!("{shown:?}")
 }
 
+/// A last line cut off mid-write ([`ReadOutcome::Truncated`]): its 1-based number and
+/// the bytes it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Truncated {
+    pub line: u64,
+    pub bytes: usize,
+}
+
 /// Reads a whole log from `input`, calling `f` for each event. Returns the truncation, if
 /// the last line was cut off.
 pub fn read_events(
     input: impl BufRead,
     mut f: impl FnMut(Event),
-) -> Result<Option<(u64, usize)>, ReadError> {
+) -> Result<Option<Truncated>, ReadError> {
     for outcome in EventReader::new(input) {
         match outcome? {
             ReadOutcome::Event { event, .. } => f(event),
-            ReadOutcome::Truncated { line, bytes } => return Ok(Some((line, bytes))),
+            ReadOutcome::Truncated { line, bytes } => return Ok(Some(Truncated { line, bytes })),
         }
     }
     Ok(None)
@@ -589,7 +616,7 @@ mod tests {
         bytes.extend_from_slice(b"{\"event\":\"dropped\",\"t_ns\":9,\"ten");
         let mut got = Vec::new();
         let trunc = read_events(&bytes[..], |e| got.push(e)).unwrap();
-        assert_eq!(trunc, Some((4, 32)));
+        assert_eq!(trunc, Some(Truncated { line: 4, bytes: 32 }));
         assert_eq!(got, sample());
     }
 

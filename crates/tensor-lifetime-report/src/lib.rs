@@ -22,6 +22,8 @@
 //! The renderers take events through the same [`event::EventReader`] and the judgement
 //! through the same [`Analysis`]; none of them judges leaks itself.
 
+#![deny(unsafe_code)]
+
 pub mod analysis;
 pub mod diff;
 pub mod event;

@@ -1,7 +1,7 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::event::{MemorySample, SiteInfo};
+use crate::event::{location, MemorySample, SiteInfo};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};
@@ -101,15 +101,37 @@ impl From<&SiteInfo> for SiteRef {
 impl SiteRef {
     /// `file:line`.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.file, self.line)
+        location(&self.file, self.line)
     }
+
+    /// Whether this is the site `info` declares (the same place and label).
+    pub fn refers_to(&self, info: &SiteInfo) -> bool {
+        self.file == info.file
+            && self.line == info.line
+            && self.column == info.column
+            && self.label == info.label
+    }
+}
+
+/// How a holder keeps survivors alive (the kinds of [`crate::event::HolderSpec`]); in
+/// JSON `store`, `graph`, `view` or `unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderKind {
+    /// The survivors went through a store site (`self.cache.push(t)`).
+    Store,
+    /// They are nodes of the autograd graph of a survivor of the holding site.
+    Graph,
+    /// They share their storage with a survivor of the holding site.
+    View,
+    /// Nothing the tracker saw holds them.
+    Unknown,
 }
 
 /// Who holds survivors of a finding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderRef {
-    /// `store`, `graph`, `view` or `unknown`.
-    pub kind: String,
+    pub kind: HolderKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,15 +146,15 @@ pub struct HolderRef {
 impl fmt::Display for HolderRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let at = match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!(" at {file}:{line}"),
+            (Some(file), Some(line)) => format!(" at {}", location(file, line)),
             _ => String::new(),
         };
         let label = self.label.as_deref().unwrap_or("?");
-        match self.kind.as_str() {
-            "store" => write!(f, "stored into `{label}`{at}"),
-            "graph" => write!(f, "held by the autograd graph of `{label}`{at}"),
-            "view" => write!(f, "shares storage with `{label}`{at}"),
-            _ => write!(
+        match self.kind {
+            HolderKind::Store => write!(f, "stored into `{label}`{at}"),
+            HolderKind::Graph => write!(f, "held by the autograd graph of `{label}`{at}"),
+            HolderKind::View => write!(f, "shares storage with `{label}`{at}"),
+            HolderKind::Unknown => write!(
                 f,
                 "no holder seen (a variable outside the loop, a global, or untracked code)"
             ),
@@ -263,69 +285,50 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{} {}", group(n), if n == 1 { one } else { many })
 }
 
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let tag = if self.is_leak() {
-            "LEAK"
-        } else {
-            match self.kind {
-                FindingKind::Retained => "RETAINED",
-                FindingKind::GraphRetention => "GRAPH",
-                FindingKind::ViewRetention => "VIEW",
-                FindingKind::Leak => "LEAK",
-                FindingKind::UntrackedGrowth => "UNTRACKED",
-                FindingKind::ShapeChurn => "CHURN",
-            }
+impl Finding {
+    /// The tag that starts the finding's text: `LEAK` for every leak, else its kind.
+    fn tag(&self) -> &'static str {
+        if self.is_leak() {
+            return "LEAK";
+        }
+        match self.kind {
+            FindingKind::Retained => "RETAINED",
+            FindingKind::GraphRetention => "GRAPH",
+            FindingKind::ViewRetention => "VIEW",
+            FindingKind::Leak => "LEAK",
+            FindingKind::UntrackedGrowth => "UNTRACKED",
+            FindingKind::ShapeChurn => "CHURN",
+        }
+    }
+
+    /// The text of the memory findings (memory_findings.rs), which carry their numbers in
+    /// the hint; `None` for the others.
+    fn fmt_memory(&self, f: &mut fmt::Formatter<'_>, pad: &str) -> Option<fmt::Result> {
+        let tag = self.tag();
+        let head = match self.kind {
+            FindingKind::UntrackedGrowth => writeln!(
+                f,
+                "{tag:<8} {}  {}: +{} per iteration in loop {}",
+                self.site.file,
+                self.site.label,
+                format_bytes(self.bytes_per_iteration),
+                self.loop_name
+            ),
+            FindingKind::ShapeChurn => writeln!(
+                f,
+                "{tag:<8} {}  `{}` makes tensors of new sizes in loop {}, up to {}",
+                self.site.location(),
+                self.site.label,
+                self.loop_name,
+                format_bytes(self.bytes)
+            ),
+            _ => return None,
         };
-        let pad = " ".repeat(9);
-        // The memory findings (memory_findings.rs) carry their numbers in the hint.
-        match self.kind {
-            FindingKind::UntrackedGrowth => {
-                writeln!(
-                    f,
-                    "{tag:<8} {}  {}: +{} per iteration in loop {}",
-                    self.site.file,
-                    self.site.label,
-                    format_bytes(self.bytes_per_iteration),
-                    self.loop_name
-                )?;
-                return writeln!(f, "{pad}{}", self.hint);
-            }
-            FindingKind::ShapeChurn => {
-                writeln!(
-                    f,
-                    "{tag:<8} {}  `{}` makes tensors of new sizes in loop {}, up to {}",
-                    self.site.location(),
-                    self.site.label,
-                    self.loop_name,
-                    format_bytes(self.bytes)
-                )?;
-                return writeln!(f, "{pad}{}", self.hint);
-            }
-            _ => {}
-        }
-        let loc = self.site.location();
-        write!(f, "{tag:<9}{loc}  `{}`", self.site.label)?;
-        let stores: Vec<&HolderRef> = self.holders.iter().filter(|h| h.kind == "store").collect();
-        if let Some(store) = stores.first() {
-            write!(f, " ({store})")?;
-        }
-        writeln!(f)?;
-        match self.kind {
-            FindingKind::GraphRetention => writeln!(
-                f,
-                "{pad}carries an autograd graph: {} other tensors, {} held",
-                group(self.graph_tensors),
-                format_bytes(self.graph_bytes)
-            )?,
-            FindingKind::ViewRetention => writeln!(
-                f,
-                "{pad}{} of views pin {} of storage",
-                format_bytes(self.view_bytes),
-                format_bytes(self.view_storage_bytes)
-            )?,
-            _ => {}
-        }
+        Some(head.and_then(|()| writeln!(f, "{pad}{}", self.hint)))
+    }
+
+    /// The line of the survivors: how many, born when, alive where, how many bytes.
+    fn fmt_survivors(&self, f: &mut fmt::Formatter<'_>, pad: &str) -> fmt::Result {
         let born = if self.iterations == 1 {
             format!("born in iteration {}", self.first_iteration)
         } else {
@@ -349,11 +352,48 @@ impl fmt::Display for Finding {
                 format_bytes(self.bytes_per_iteration)
             )?;
         }
-        writeln!(f, ", refcount {}", self.refcount)?;
+        writeln!(f, ", refcount {}", self.refcount)
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pad = " ".repeat(9);
+        if let Some(done) = self.fmt_memory(f, &pad) {
+            return done;
+        }
+        let loc = self.site.location();
+        write!(f, "{:<9}{loc}  `{}`", self.tag(), self.site.label)?;
+        // The first store is named on the first line; the other holders below.
+        let stores: Vec<&HolderRef> = self
+            .holders
+            .iter()
+            .filter(|h| h.kind == HolderKind::Store)
+            .collect();
+        if let Some(store) = stores.first() {
+            write!(f, " ({store})")?;
+        }
+        writeln!(f)?;
+        match self.kind {
+            FindingKind::GraphRetention => writeln!(
+                f,
+                "{pad}carries an autograd graph: {} other tensors, {} held",
+                group(self.graph_tensors),
+                format_bytes(self.graph_bytes)
+            )?,
+            FindingKind::ViewRetention => writeln!(
+                f,
+                "{pad}{} of views pin {} of storage",
+                format_bytes(self.view_bytes),
+                format_bytes(self.view_storage_bytes)
+            )?,
+            _ => {}
+        }
+        self.fmt_survivors(f, &pad)?;
         for h in self
             .holders
             .iter()
-            .filter(|h| h.kind != "store" || stores.len() > 1)
+            .filter(|h| h.kind != HolderKind::Store || stores.len() > 1)
         {
             writeln!(f, "{pad}{} ({})", h, plural(h.count, "tensor", "tensors"))?;
         }

@@ -35,9 +35,16 @@ pub struct Point {
     pub live_tensors: u64,
     pub live_bytes: u64,
     /// Live bytes by site, sorted by site id, zeros left out.
-    pub sites: Vec<(u32, u64)>,
+    pub sites: Vec<SiteBytes>,
     /// Iteration ends this point stands for.
     pub count: u64,
+}
+
+/// Live bytes of the storages that one site made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteBytes {
+    pub site: u32,
+    pub bytes: u64,
 }
 
 /// One memory sample of a device (or the highest of several, once downsampled).
@@ -403,11 +410,15 @@ impl TimelineBuilder {
             let stats = self.stats.entry(s.site).or_default();
             stats.peak_survivors = stats.peak_survivors.max(s.survivors);
         }
-        let mut by_site: Vec<(u32, u64)> = self.site_live.iter().map(|(s, b)| (*s, *b)).collect();
-        by_site.sort_unstable();
-        for (site, bytes) in &by_site {
-            let stats = self.stats.entry(*site).or_default();
-            stats.peak_live_bytes = stats.peak_live_bytes.max(*bytes);
+        let mut by_site: Vec<SiteBytes> = self
+            .site_live
+            .iter()
+            .map(|(&site, &bytes)| SiteBytes { site, bytes })
+            .collect();
+        by_site.sort_unstable_by_key(|s| s.site);
+        for s in &by_site {
+            let stats = self.stats.entry(s.site).or_default();
+            stats.peak_live_bytes = stats.peak_live_bytes.max(s.bytes);
         }
         self.points.push(Point {
             t_ns,
@@ -507,9 +518,9 @@ impl Timeline {
     pub fn top_sites(&self, n: usize) -> Vec<u32> {
         let mut peak: HashMap<u32, u64> = HashMap::new();
         for p in &self.points {
-            for (site, bytes) in &p.sites {
-                let e = peak.entry(*site).or_default();
-                *e = (*e).max(*bytes);
+            for s in &p.sites {
+                let e = peak.entry(s.site).or_default();
+                *e = (*e).max(s.bytes);
             }
         }
         let mut v: Vec<(u32, u64)> = peak.into_iter().filter(|(_, b)| *b > 0).collect();
@@ -521,20 +532,15 @@ impl Timeline {
     pub fn site_bytes(&self, index: usize, site: u32) -> u64 {
         let sites = &self.points[index].sites;
         sites
-            .binary_search_by_key(&site, |(s, _)| *s)
-            .map_or(0, |i| sites[i].1)
+            .binary_search_by_key(&site, |s| s.site)
+            .map_or(0, |i| sites[i].bytes)
     }
 
     /// The site id of a report's site reference, if the log declared it.
     pub fn site_id(&self, site: &crate::report::SiteRef) -> Option<u32> {
         self.sites
             .iter()
-            .find(|(_, s)| {
-                s.file == site.file
-                    && s.line == site.line
-                    && s.column == site.column
-                    && s.label == site.label
-            })
+            .find(|(_, s)| site.refers_to(s))
             .map(|(id, _)| *id)
     }
 }

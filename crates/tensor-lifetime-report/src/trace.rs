@@ -22,7 +22,7 @@
 //! before (a first pass over the log through [`crate::Analysis`]).
 
 use crate::event::{Event, MemorySample, SiteInfo, SiteSweep};
-use crate::report::{Finding, SiteRef};
+use crate::report::Finding;
 use crate::size::format_bytes;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -78,10 +78,6 @@ pub struct TraceWriter<W: Write> {
 
 fn micros(ns: u64) -> String {
     format!("{}.{:03}", ns / 1000, ns % 1000)
-}
-
-fn same_site(a: &SiteRef, b: &SiteInfo) -> bool {
-    a.file == b.file && a.line == b.line && a.column == b.column && a.label == b.label
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -330,7 +326,7 @@ impl<W: Write> TraceWriter<W> {
                 continue;
             }
             let loop_matches = match (&p.finding.loop_site, &loop_info) {
-                (Some(a), Some(b)) => same_site(a, b),
+                (Some(a), Some(b)) => a.refers_to(b),
                 _ => p.finding.loop_name == loop_name,
             };
             let site_matches = sites.iter().any(|s| {
@@ -338,7 +334,7 @@ impl<W: Write> TraceWriter<W> {
                     && self
                         .sites
                         .get(&s.site)
-                        .is_some_and(|info| same_site(&p.finding.site, info))
+                        .is_some_and(|info| p.finding.site.refers_to(info))
             });
             if loop_matches && site_matches {
                 self.write_finding(i, end.t_ns)?;

@@ -120,10 +120,10 @@ mod timeline {
         let last = t.points.last().unwrap();
         // Only the optimizer state (5) and the cache (6) are alive at iteration ends, and
         // together they are what the tracker counted.
-        let sites: Vec<u32> = last.sites.iter().map(|(s, _)| *s).collect();
+        let sites: Vec<u32> = last.sites.iter().map(|s| s.site).collect();
         assert_eq!(sites, vec![5, 6]);
         assert_eq!(
-            last.sites.iter().map(|(_, b)| b).sum::<u64>(),
+            last.sites.iter().map(|s| s.bytes).sum::<u64>(),
             last.live_bytes
         );
         assert_eq!(t.top_sites(1), vec![6]);

@@ -4,97 +4,15 @@
 
 use super::{Analysis, Judgement, Verdict};
 use crate::event::{HolderSpec, SiteNote, SiteSweep};
-use crate::report::{Finding, FindingKind, HolderRef, LoopSummary, Report, SiteRef};
+use crate::report::{Finding, FindingKind, HolderKind, HolderRef, LoopSummary, Report, SiteRef};
 use std::collections::BTreeMap;
 
 impl Analysis {
     /// The report of the loops of one session (a leak test), or of all.
     pub fn report_for(&self, session: Option<u64>) -> Report {
-        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
-        for ((s, _, site), verdict) in &self.confirmed {
-            if session.is_none_or(|want| want == *s) {
-                candidates.push((*site, verdict.clone()));
-            }
-        }
-        // One finding per site: the most serious kind, then the outermost loop.
-        let mut best: BTreeMap<u32, (FindingKind, Verdict, Option<Bound>)> = BTreeMap::new();
-        for (site, mut verdict) in candidates {
-            let bound = self.bound(&verdict);
-            let Some(kind) = classify(&verdict, &verdict.judgement, bound.as_ref()) else {
-                continue;
-            };
-            // A bounded graph or view retention is not growing without end.
-            if bound.is_some() && kind != FindingKind::Retained {
-                verdict.growing = false;
-            }
-            let better = match best.get(&site) {
-                None => true,
-                Some((k, v, _)) => {
-                    let rank = |k: FindingKind, v: &Verdict| {
-                        (
-                            !(v.growing || k == FindingKind::Leak),
-                            k.severity_rank(),
-                            v.depth,
-                            !v.running,
-                        )
-                    };
-                    rank(kind, &verdict) < rank(*k, v)
-                }
-            };
-            if better {
-                best.insert(site, (kind, verdict, bound));
-            }
-        }
-        // Growth held by the graph of a bounded site is bounded with it (the inputs of a
-        // capped optimizer history's differences).
-        let bounded_roots: BTreeMap<u32, Bound> = best
-            .iter()
-            .filter_map(|(site, (_, _, b))| b.clone().map(|b| (*site, b)))
-            .collect();
-        for (kind, verdict, bound) in best.values_mut() {
-            if bound.is_some() {
-                continue;
-            }
-            let top = verdict.series.last.holders.first().map(|h| h.holder);
-            if let Some(HolderSpec::Graph { site: root }) = top {
-                if let Some(b) = bounded_roots.get(&root) {
-                    *bound = Some(b.clone());
-                    if *kind == FindingKind::Leak {
-                        *kind = FindingKind::Retained;
-                    } else {
-                        verdict.growing = false;
-                    }
-                }
-            }
-        }
-        // Leaks held only by the graph of a reported graph retention fold into it.
-        let roots: Vec<u32> = best
-            .iter()
-            .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
-            .map(|(s, _)| *s)
-            .collect();
-        let mut held: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        best.retain(|site, (kind, verdict, _)| {
-            if *kind == FindingKind::GraphRetention || verdict.series.last.holders.is_empty() {
-                return true;
-            }
-            let root = verdict.series.last.holders.iter().try_fold(None, |acc, h| {
-                match (&h.holder, acc) {
-                    (HolderSpec::Graph { site: r }, None) if roots.contains(r) && r != site => {
-                        Ok(Some(*r))
-                    }
-                    (HolderSpec::Graph { site: r }, Some(prev)) if *r == prev => Ok(Some(prev)),
-                    _ => Err(()),
-                }
-            });
-            match root {
-                Ok(Some(r)) => {
-                    held.entry(r).or_default().push(*site);
-                    false
-                }
-                _ => true,
-            }
-        });
+        let mut best = self.best_verdicts(session);
+        bound_by_graph(&mut best);
+        let held = fold_graph_held(&mut best);
         let mut findings: Vec<Finding> = best
             .into_iter()
             .map(|(site, (kind, verdict, bound))| {
@@ -108,19 +26,7 @@ impl Analysis {
         if session.is_none() {
             findings.extend(self.memory_findings.findings(|id| self.sites.get(&id)));
         }
-        findings.sort_by(|a, b| {
-            (
-                !a.is_leak(),
-                a.kind.severity_rank(),
-                std::cmp::Reverse(a.bytes),
-            )
-                .cmp(&(
-                    !b.is_leak(),
-                    b.kind.severity_rank(),
-                    std::cmp::Reverse(b.bytes),
-                ))
-                .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
-        });
+        sort_findings(&mut findings);
         let loops = self
             .loops
             .iter()
@@ -138,6 +44,44 @@ impl Analysis {
             sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
         }
+    }
+
+    /// One verdict per site, of the open frames and the confirmed ones (of `session`, or
+    /// all), with its kind and its bound: the most serious kind, then the outermost loop.
+    fn best_verdicts(&self, session: Option<u64>) -> Best {
+        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
+        for ((s, _, site), verdict) in &self.confirmed {
+            if session.is_none_or(|want| want == *s) {
+                candidates.push((*site, verdict.clone()));
+            }
+        }
+        let rank = |k: FindingKind, v: &Verdict| {
+            (
+                !(v.growing || k == FindingKind::Leak),
+                k.severity_rank(),
+                v.depth,
+                !v.running,
+            )
+        };
+        let mut best = Best::new();
+        for (site, mut verdict) in candidates {
+            let bound = self.bound(&verdict);
+            let Some(kind) = classify(&verdict, &verdict.judgement, bound.as_ref()) else {
+                continue;
+            };
+            // A bounded graph or view retention is not growing without end.
+            if bound.is_some() && kind != FindingKind::Retained {
+                verdict.growing = false;
+            }
+            let better = match best.get(&site) {
+                None => true,
+                Some((k, v, _)) => rank(kind, &verdict) < rank(*k, v),
+            };
+            if better {
+                best.insert(site, (kind, verdict, bound));
+            }
+        }
+        best
     }
 
     /// Whether a verdict's survivors are bounded: their main holder is a store into a
@@ -183,14 +127,14 @@ impl Analysis {
 
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
         let (kind, site) = match h {
-            HolderSpec::Store { site } => ("store", Some(*site)),
-            HolderSpec::Graph { site } => ("graph", Some(*site)),
-            HolderSpec::View { site } => ("view", Some(*site)),
-            HolderSpec::Unknown => ("unknown", None),
+            HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
+            HolderSpec::Graph { site } => (HolderKind::Graph, Some(*site)),
+            HolderSpec::View { site } => (HolderKind::View, Some(*site)),
+            HolderSpec::Unknown => (HolderKind::Unknown, None),
         };
         let site = site.map(|s| self.site_ref(s));
         HolderRef {
-            kind: kind.to_string(),
+            kind,
             file: site.as_ref().map(|s| s.file.clone()),
             line: site.as_ref().map(|s| s.line),
             label: site.map(|s| s.label),
@@ -248,6 +192,88 @@ impl Analysis {
             },
         }
     }
+}
+
+/// The best verdict of each site: its finding's kind, the verdict, and what bounds it.
+type Best = BTreeMap<u32, (FindingKind, Verdict, Option<Bound>)>;
+
+/// Growth held by the graph of a bounded site is bounded with it (the inputs of a capped
+/// optimizer history's differences).
+fn bound_by_graph(best: &mut Best) {
+    let bounded_roots: BTreeMap<u32, Bound> = best
+        .iter()
+        .filter_map(|(site, (_, _, b))| b.clone().map(|b| (*site, b)))
+        .collect();
+    for (kind, verdict, bound) in best.values_mut() {
+        if bound.is_some() {
+            continue;
+        }
+        let top = verdict.series.last.holders.first().map(|h| h.holder);
+        if let Some(HolderSpec::Graph { site: root }) = top {
+            if let Some(b) = bounded_roots.get(&root) {
+                *bound = Some(b.clone());
+                if *kind == FindingKind::Leak {
+                    *kind = FindingKind::Retained;
+                } else {
+                    verdict.growing = false;
+                }
+            }
+        }
+    }
+}
+
+/// Leaks held only by the graph of a reported graph retention fold into it: they leave
+/// `best`, and the result lists them by the graph's site.
+fn fold_graph_held(best: &mut Best) -> BTreeMap<u32, Vec<u32>> {
+    let roots: Vec<u32> = best
+        .iter()
+        .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
+        .map(|(s, _)| *s)
+        .collect();
+    let mut held: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    best.retain(|site, (kind, verdict, _)| {
+        if *kind == FindingKind::GraphRetention || verdict.series.last.holders.is_empty() {
+            return true;
+        }
+        let root =
+            verdict
+                .series
+                .last
+                .holders
+                .iter()
+                .try_fold(None, |acc, h| match (&h.holder, acc) {
+                    (HolderSpec::Graph { site: r }, None) if roots.contains(r) && r != site => {
+                        Ok(Some(*r))
+                    }
+                    (HolderSpec::Graph { site: r }, Some(prev)) if *r == prev => Ok(Some(prev)),
+                    _ => Err(()),
+                });
+        match root {
+            Ok(Some(r)) => {
+                held.entry(r).or_default().push(*site);
+                false
+            }
+            _ => true,
+        }
+    });
+    held
+}
+
+/// Leaks first, then by severity, the most bytes first, then by place.
+fn sort_findings(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        (
+            !a.is_leak(),
+            a.kind.severity_rank(),
+            std::cmp::Reverse(a.bytes),
+        )
+            .cmp(&(
+                !b.is_leak(),
+                b.kind.severity_rank(),
+                std::cmp::Reverse(b.bytes),
+            ))
+            .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
+    });
 }
 
 /// Why a growing site is bounded (see the module docs).

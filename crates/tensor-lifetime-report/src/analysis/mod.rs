@@ -287,7 +287,8 @@ impl Analysis {
                 summary.runs += 1;
                 summary.running += 1;
             }
-            Event::Born { site, bytes, .. } => self.note_born(*site, *bytes),
+            // Its bytes go to the memory findings (applied above); live bytes come from sweeps.
+            Event::Born { site, .. } => self.note_born(*site),
             Event::Dropped { .. } => self.note_dropped(),
             Event::IterationEnd {
                 frame,
@@ -416,12 +417,14 @@ impl Analysis {
         self.iteration_end(frame, iteration, live_tensors, live_bytes, sites);
     }
 
-    /// Counts a tensor born at `site` (what [`Event::Born`] does, without the event).
+    /// Counts a live tensor born at `site`.
     ///
     /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
-    /// count each storage once; `bytes` is not added here.
+    /// count each storage once, so a birth's bytes are not counted here; the memory
+    /// findings take them ([`Analysis::note_born_at`], or [`Analysis::apply`] with the
+    /// [`Event::Born`]).
     #[inline]
-    pub fn note_born(&mut self, site: u32, _bytes: u64) {
+    pub fn note_born(&mut self, site: u32) {
         *self.born.get_or_default(site) += 1;
         // Saturating: `live_tensors` comes from the log's sweeps, which a corrupt log may
         // set to anything.
@@ -433,7 +436,7 @@ impl Analysis {
     /// ([`crate::memory_findings::own_bytes`]).
     #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
-        self.note_born(site, bytes);
+        self.note_born(site);
         self.memory_findings
             .born(site, frame, iteration, bytes, None);
     }

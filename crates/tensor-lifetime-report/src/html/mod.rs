@@ -16,7 +16,6 @@
 
 mod chart;
 
-use crate::event::SiteKind;
 use crate::report::{Finding, Report};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
@@ -71,16 +70,6 @@ fn esc(s: &str) -> String {
 /// JSON safe inside `<script>`: no `<` at all.
 fn script_json(v: &serde_json::Value) -> String {
     v.to_string().replace('<', "\\u003c")
-}
-
-fn kind_name(k: SiteKind) -> &'static str {
-    match k {
-        SiteKind::Binding => "binding",
-        SiteKind::Assignment => "assignment",
-        SiteKind::Store => "store",
-        SiteKind::Explicit => "explicit",
-        SiteKind::Loop => "loop",
-    }
 }
 
 /// A site stacked in the chart (or "other"): its live bytes at each point.
@@ -373,7 +362,7 @@ fn site_details(
             Some(i) => (
                 i.label.clone(),
                 format!("{}:{}:{}", i.file, i.line, i.column),
-                format!("{} in <code>{}</code>", kind_name(i.kind), esc(&i.function)),
+                format!("{} in <code>{}</code>", i.kind.as_str(), esc(&i.function)),
             ),
             None => (
                 format!("site #{id}"),
