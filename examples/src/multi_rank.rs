@@ -170,12 +170,14 @@ fn all_reduce(w: &Worker, step: usize, grads: &[f32]) -> Result<Vec<f32>> {
                     }
                     break;
                 }
-                Ok(b) => return Err(err(format!(
+                Ok(b) => {
+                    return Err(err(format!(
                     "rank {}: rank {rank}'s gradients at step {step} have {} bytes, expected {}",
                     w.rank,
                     b.len(),
                     grads.len() * 4
-                ))),
+                )))
+                }
                 Err(_) if start.elapsed() < BARRIER_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(2));
                 }
