@@ -145,7 +145,7 @@ fn shared_vars(varmap: &VarMap) -> Result<Vec<Var>> {
         let values: Vec<f32> = (0..n)
             .map(|j| (((j * 31 + i * 17) % 97) as f32 / 97.0 - 0.5) * 0.1)
             .collect();
-        var.set(&Tensor::from_vec(values, var.shape(), var.device())?)?;
+        var.set(&Tensor::from_vec(values, var.dims(), var.device())?)?;
     }
     Ok(named.into_iter().map(|(_, v)| v).collect())
 }
@@ -225,7 +225,7 @@ fn apply(vars: &[Var], avg: &[f32], lr: f32) -> Result<()> {
     let mut at = 0;
     for var in vars {
         let n = var.elem_count();
-        let g = Tensor::from_slice(&avg[at..at + n], var.shape(), var.device())?;
+        let g = Tensor::from_slice(&avg[at..at + n], var.dims(), var.device())?;
         var.set(&(var.as_tensor() - (g * lr as f64)?)?)?;
         at += n;
     }

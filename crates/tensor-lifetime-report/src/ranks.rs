@@ -13,8 +13,8 @@
 //!   it occurs on (`leak on ranks 1, 3 of 4`); its numbers are those of the rank where it
 //!   keeps the most bytes.
 //! - **A rank whose memory grows apart** ([`FindingKind::RankDivergence`]): a rank's
-//!   growth is its live bytes at its last outermost iteration end minus those at its
-//!   second, divided by the iterations between (the first iteration is warm-up: weights,
+//!   growth is its live bytes at its last outermost iteration end (of the first outermost
+//!   loop the log opens, by name) minus those at its second, divided by the iterations between (the first iteration is warm-up: weights,
 //!   optimizer state). A rank with at least [`MIN_ITERATIONS`] outermost iteration ends
 //!   diverges when its growth is at least [`MIN_GROWTH`] per iteration and more than
 //!   [`FACTOR`] times the median growth of the other ranks (a flat median, 0 or less,
@@ -116,9 +116,14 @@ impl RankCollector {
             Event::IterationEnd {
                 frame, live_bytes, ..
             } => {
+                // The series follows the first outermost loop the log opens (the
+                // training loop; a later evaluation loop is another scale).
                 if let Some(name) = self.outer.get(frame) {
                     if self.loop_name.is_empty() {
                         self.loop_name = name.clone();
+                    }
+                    if *name != self.loop_name {
+                        return;
                     }
                     if self.series.count == 1 {
                         self.second = Some(*live_bytes);
