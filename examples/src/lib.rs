@@ -9,6 +9,8 @@
 //! - [`view_retention`]: keeps a one-row view of each large batch.
 //! - [`clean_training`]: an MLP with candle-nn, lazily created optimizer state, detached
 //!   metrics: no leak.
+//! - [`multi_rank`]: data-parallel training on N worker processes exchanging gradients
+//!   through files; one rank can leak.
 //! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
 //!   the memory statistics (pool rounding, `empty_cache`, release threshold).
 
@@ -19,4 +21,5 @@ pub mod cuda_training;
 pub mod heap;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
+pub mod multi_rank;
 pub mod view_retention;

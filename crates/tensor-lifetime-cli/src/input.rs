@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use tensor_lifetime_report::event::{EventReader, ReadOutcome};
+use tensor_lifetime_report::ranks::{Merge, MergedReport, RankCollector};
 use tensor_lifetime_report::{Analysis, Event, Report};
 
 /// Events between progress-bar updates.
@@ -170,4 +171,55 @@ fn looks_like_json_report(path: &Path) -> Result<bool> {
     let mut first = String::new();
     BufReader::new(file.take(4096)).read_line(&mut first).ok();
     Ok(first.trim() == "{")
+}
+
+/// The logs named on the command line: each path a log (or `-`), or a directory whose
+/// `*.jsonl` files are logs (in name order).
+pub fn expand(paths: &[PathBuf]) -> Result<Vec<LogPath>> {
+    let mut logs = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("cannot read the directory {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
+                .collect();
+            if found.is_empty() {
+                bail!("{}: a directory with no *.jsonl log", path.display());
+            }
+            found.sort();
+            logs.extend(found.into_iter().map(LogPath));
+        } else {
+            logs.push(LogPath(path.clone()));
+        }
+    }
+    if logs.len() > 1 && logs.iter().any(LogPath::is_stdin) {
+        bail!("standard input (`-`) cannot be merged with other logs");
+    }
+    Ok(logs)
+}
+
+/// The logs of several ranks, each judged on its own (one log in memory at a time), then
+/// merged ([`tensor_lifetime_report::ranks`]). `each` sees every log's events too.
+pub fn judge_ranks(
+    logs: &[LogPath],
+    progress: &Progress,
+    mut each: impl FnMut(usize, &Event),
+    mut done: impl FnMut(usize, &Report),
+) -> Result<MergedReport> {
+    let mut merge = Merge::default();
+    for (i, log) in logs.iter().enumerate() {
+        let mut analysis = Analysis::default();
+        let mut collector = RankCollector::default();
+        scan(log, progress, "judging", |e| {
+            analysis.apply(e);
+            collector.apply(e);
+            each(i, e);
+            Ok(())
+        })?;
+        let report = analysis.report();
+        done(i, &report);
+        merge.add(collector.finish(log.name(), report));
+    }
+    merge.finish().map_err(anyhow::Error::msg)
 }

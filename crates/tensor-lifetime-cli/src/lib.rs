@@ -18,17 +18,19 @@ mod input;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use input::{judge, load_report, scan, LogPath, Progress};
+use input::{expand, judge, judge_ranks, load_report, scan, LogPath, Progress};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
+use tensor_lifetime_report::ranks::MergedReport;
+use tensor_lifetime_report::sarif::Annotated;
 use tensor_lifetime_report::size::format_bytes;
 use tensor_lifetime_report::size::group_digits as group;
 use tensor_lifetime_report::timeline::{TimelineBuilder, DEFAULT_MAX_POINTS};
 use tensor_lifetime_report::trace::TraceWriter;
-use tensor_lifetime_report::{Analysis, Diff};
+use tensor_lifetime_report::{github, sarif, Analysis, Diff, Report};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -58,18 +60,33 @@ enum Format {
     Json,
 }
 
+/// `report`'s formats: besides text and JSON, the two that CI systems read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
+    /// SARIF 2.1.0, for GitHub code scanning and SARIF viewers.
+    Sarif,
+    /// GitHub Actions workflow commands (`::error file=...::...`), one per finding.
+    Github,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Judge a log: which tensors outlive their iteration, who holds them, how much.
     ///
     /// The same judgement as the report the program prints in-process.
     #[command(after_help = "Examples:\n  tensor-lifetime report run.jsonl\n  \
-                            tensor-lifetime report run.jsonl --format json > report.json")]
+                            tensor-lifetime report run.jsonl --format json > report.json\n  \
+                            tensor-lifetime report logs/ --format sarif > tensor-lifetime.sarif\n  \
+                            tensor-lifetime report rank-0.jsonl rank-1.jsonl --format github")]
     Report {
-        /// The event log (`-` for standard input).
-        log: PathBuf,
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
+        /// The event log (`-` for standard input), several logs, or a directory of
+        /// `*.jsonl` logs: several are merged (one per rank of a job).
+        #[arg(required = true, num_args = 1..)]
+        logs: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
     },
     /// Write a self-contained HTML report of a log.
     ///
@@ -77,8 +94,10 @@ enum Command {
     /// reserved memory, the findings with holders and fix hints, and a detail per site.
     #[command(after_help = "Example:\n  tensor-lifetime html run.jsonl -o report.html")]
     Html {
-        /// The event log (`-` for standard input).
-        log: PathBuf,
+        /// The event log (`-` for standard input), several logs, or a directory of
+        /// `*.jsonl` logs: several are merged (one per rank of a job).
+        #[arg(required = true, num_args = 1..)]
+        logs: Vec<PathBuf>,
         /// The HTML file to write (`-` for standard output).
         #[arg(short, long)]
         output: PathBuf,
@@ -99,8 +118,10 @@ enum Command {
                             then open trace.json in https://ui.perfetto.dev"
     )]
     Trace {
-        /// The event log (read twice: first to judge, then to write; not `-`).
-        log: PathBuf,
+        /// The event log (read twice: first to judge, then to write; not `-`), several
+        /// logs or a directory of `*.jsonl` logs: one process per rank (pid = rank).
+        #[arg(required = true, num_args = 1..)]
+        logs: Vec<PathBuf>,
         /// The trace file to write (`-` for standard output).
         #[arg(short, long)]
         output: PathBuf,
@@ -115,9 +136,9 @@ enum Command {
                             BASE and NEW are event logs or JSON reports (`report --format json`)."
     )]
     Diff {
-        /// The base run: an event log or a JSON report.
+        /// The base run: an event log, a JSON report, or a directory of ranks' logs.
         base: PathBuf,
-        /// The new run: an event log or a JSON report.
+        /// The new run: an event log, a JSON report, or a directory of ranks' logs.
         new: PathBuf,
         /// Exit with 1 when a site keeps more survivors or bytes than in the base run.
         #[arg(long)]
@@ -152,14 +173,14 @@ fn wrote(progress: &Progress, output: &Path, what: String) {
 /// found growth, 0 otherwise).
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Report { log, format } => report(&LogPath(log), format)?,
+        Command::Report { logs, format } => report(&expand(&logs)?, format)?,
         Command::Html {
-            log,
+            logs,
             output,
             top,
             max_points,
-        } => html(&LogPath(log), &output, top, max_points)?,
-        Command::Trace { log, output } => trace(&LogPath(log), &output)?,
+        } => html(&expand(&logs)?, &output, top, max_points)?,
+        Command::Trace { logs, output } => trace(&expand(&logs)?, &output)?,
         Command::Diff {
             base,
             new,
@@ -191,22 +212,70 @@ pub fn exit_code(outcome: Result<ExitCode>) -> ExitCode {
     }
 }
 
-/// `report`: the judgement of a log, as text or JSON on standard output.
-fn report(log: &LogPath, format: Format) -> Result<()> {
-    let progress = Progress::for_logs(&[log], 1);
-    let (report, _) = judge(log, &progress)?;
-    progress.finish();
+/// `report`: the judgement of a log, or of several ranks' logs merged, on standard
+/// output.
+fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
+    let progress = Progress::for_logs(&logs.iter().collect::<Vec<_>>(), 1);
     let mut out = io::stdout().lock();
-    match format {
-        Format::Text => write!(out, "{report}")?,
-        Format::Json => writeln!(out, "{}", report.to_json())?,
+    if let [log] = logs {
+        let (report, _) = judge(log, &progress)?;
+        progress.finish();
+        match format {
+            ReportFormat::Text => write!(out, "{report}")?,
+            ReportFormat::Json => writeln!(out, "{}", report.to_json())?,
+            ReportFormat::Sarif | ReportFormat::Github => {
+                let texts: Vec<String> = report.findings.iter().map(|f| f.to_string()).collect();
+                let annotated: Vec<Annotated> = report
+                    .findings
+                    .iter()
+                    .zip(&texts)
+                    .map(|(finding, text)| Annotated { finding, text })
+                    .collect();
+                write_ci(&mut out, format, &annotated)?;
+            }
+        }
+    } else {
+        let merged = judge_ranks(logs, &progress, |_, _| {}, |_, _| {})?;
+        progress.finish();
+        match format {
+            ReportFormat::Text => write!(out, "{merged}")?,
+            ReportFormat::Json => writeln!(out, "{}", merged.to_json())?,
+            ReportFormat::Sarif | ReportFormat::Github => {
+                let texts: Vec<String> = merged
+                    .findings
+                    .iter()
+                    .map(|f| f.text(merged.world_size))
+                    .collect();
+                let annotated: Vec<Annotated> = merged
+                    .findings
+                    .iter()
+                    .zip(&texts)
+                    .map(|(f, text)| Annotated {
+                        finding: &f.finding,
+                        text,
+                    })
+                    .collect();
+                write_ci(&mut out, format, &annotated)?;
+            }
+        }
     }
     out.flush()?;
     Ok(())
 }
 
-/// `html`: the self-contained HTML report of a log.
-fn html(log: &LogPath, output: &Path, top: u16, max_points: u32) -> Result<()> {
+fn write_ci(out: &mut impl Write, format: ReportFormat, annotated: &[Annotated]) -> Result<()> {
+    match format {
+        ReportFormat::Sarif => writeln!(out, "{}", sarif::render(annotated))?,
+        _ => write!(out, "{}", github::render(annotated))?,
+    }
+    Ok(())
+}
+
+/// `html`: the self-contained HTML report of a log, or of several ranks' logs.
+fn html(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Result<()> {
+    let [log] = logs else {
+        return html_ranks(logs, output, top, max_points);
+    };
     let progress = Progress::for_logs(&[log], 1);
     let mut analysis = Analysis::default();
     let mut timeline = TimelineBuilder::new(max_points as usize);
@@ -236,27 +305,95 @@ fn html(log: &LogPath, output: &Path, top: u16, max_points: u32) -> Result<()> {
         .and_then(|_| out.flush())
         .with_context(|| format!("cannot write {}", output.display()))?;
     drop(out);
-    let leaks = report.leaks().count();
     wrote(
         &progress,
         output,
         format!(
-            "from {} events: {} {}, {leaks} {}",
+            "from {} events: {}",
             group(scanned.events),
-            report.findings.len(),
-            if report.findings.len() == 1 {
-                "finding"
-            } else {
-                "findings"
-            },
-            if leaks == 1 { "leak" } else { "leaks" }
+            counts(report.findings.len(), report.leaks().count())
+        ),
+    );
+    Ok(())
+}
+
+/// `3 findings, 1 leak`.
+fn counts(findings: usize, leaks: usize) -> String {
+    format!(
+        "{findings} {}, {leaks} {}",
+        if findings == 1 { "finding" } else { "findings" },
+        if leaks == 1 { "leak" } else { "leaks" }
+    )
+}
+
+/// `html` of several ranks: the merged findings, every rank's live bytes, and the timeline
+/// of the rank with the most leaks (the only timeline kept while the logs are read).
+fn html_ranks(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Result<()> {
+    use std::cell::RefCell;
+    let progress = Progress::for_logs(&logs.iter().collect::<Vec<_>>(), 1);
+    let current = RefCell::new((usize::MAX, TimelineBuilder::new(max_points as usize)));
+    // The kept timeline: its log's index, its leaks, the timeline.
+    let mut kept: Option<(usize, usize, tensor_lifetime_report::Timeline)> = None;
+    let mut events = 0u64;
+    let merged = judge_ranks(
+        logs,
+        &progress,
+        |i, e| {
+            let mut c = current.borrow_mut();
+            if c.0 != i {
+                *c = (i, TimelineBuilder::new(max_points as usize));
+            }
+            c.1.apply(e);
+            events += 1;
+        },
+        |i, report: &Report| {
+            let leaks = report.leaks().count();
+            if kept.as_ref().is_none_or(|k| leaks > k.1) {
+                let (_, builder) = current.replace((usize::MAX, TimelineBuilder::new(16)));
+                kept = Some((i, leaks, builder.finish()));
+            }
+        },
+    )?;
+    let (index, _, timeline) = kept.expect("at least one log");
+    let shown = merged
+        .ranks
+        .iter()
+        .find(|r| r.name == logs[index].name())
+        .and_then(|r| r.rank)
+        .unwrap_or(0);
+    let page = html::render_ranks(
+        &timeline,
+        &merged,
+        shown,
+        &HtmlOptions {
+            title: format!("tensor-lifetime: {} ranks", merged.ranks.len()),
+            top_sites: top as usize,
+            ..HtmlOptions::default()
+        },
+    );
+    let mut out = create(output)?;
+    out.write_all(page.as_bytes())
+        .and_then(|_| out.flush())
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    drop(out);
+    wrote(
+        &progress,
+        output,
+        format!(
+            "from {} logs, {} events: {}",
+            logs.len(),
+            group(events),
+            counts(merged.findings.len(), merged.leaks().count())
         ),
     );
     Ok(())
 }
 
 /// `trace`: a Chrome Trace Event file of a log (read twice: to judge, then to write).
-fn trace(log: &LogPath, output: &Path) -> Result<()> {
+fn trace(logs: &[LogPath], output: &Path) -> Result<()> {
+    let [log] = logs else {
+        return trace_ranks(logs, output);
+    };
     if log.is_stdin() {
         bail!("trace reads the log twice (to judge, then to write): give a file, not `-`");
     }
@@ -282,14 +419,71 @@ fn trace(log: &LogPath, output: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `trace` of several ranks: one process per rank (pid = rank), each rank's findings as
+/// its instants. Every log is judged first (one at a time), then written.
+fn trace_ranks(logs: &[LogPath], output: &Path) -> Result<()> {
+    let progress = Progress::for_logs(&logs.iter().collect::<Vec<_>>(), 2);
+    let merged = judge_ranks(logs, &progress, |_, _| {}, |_, _| {})?;
+    let out = create(output)?;
+    let mut writer =
+        TraceWriter::new(out, &[]).with_context(|| format!("cannot write {}", output.display()))?;
+    for log in logs {
+        let rank = merged
+            .ranks
+            .iter()
+            .find(|r| r.name == log.name())
+            .expect("every log is merged");
+        let number = rank.rank.unwrap_or(0);
+        let name = match &rank.host {
+            Some(host) => format!("rank {number} ({host}, pid {})", rank.pid),
+            None => format!("rank {number} (pid {})", rank.pid),
+        };
+        writer
+            .begin_process(number, name, &rank.report.findings)
+            .with_context(|| format!("cannot write {}", output.display()))?;
+        scan(log, &progress, "writing", |e| {
+            writer
+                .apply(e)
+                .with_context(|| format!("cannot write {}", output.display()))
+        })?;
+    }
+    let written = writer.written();
+    writer
+        .finish()
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    wrote(
+        &progress,
+        output,
+        format!(
+            "with {} trace events from {} ranks",
+            group(written),
+            logs.len()
+        ),
+    );
+    Ok(())
+}
+
+/// A side of `diff`: a log, a JSON report, or a directory of ranks' logs merged.
+fn load_side(path: &LogPath, progress: &Progress) -> Result<Report> {
+    if path.0.is_dir() {
+        let logs = expand(std::slice::from_ref(&path.0))?;
+        if logs.len() > 1 {
+            let merged: MergedReport = judge_ranks(&logs, progress, |_, _| {}, |_, _| {})?;
+            return Ok(merged.combined());
+        }
+        return load_report(&logs[0], progress);
+    }
+    load_report(path, progress)
+}
+
 /// `diff`: two runs compared per site; exit code 1 for growth with `fail_on_increase`.
 fn diff(base: &LogPath, new: &LogPath, fail_on_increase: bool, format: Format) -> Result<ExitCode> {
     if base.is_stdin() && new.is_stdin() {
         bail!("BASE and NEW cannot both be standard input");
     }
     let progress = Progress::for_logs(&[base, new], 1);
-    let base_report = load_report(base, &progress)?;
-    let new_report = load_report(new, &progress)?;
+    let base_report = load_side(base, &progress)?;
+    let new_report = load_side(new, &progress)?;
     progress.finish();
     let diff = Diff::new(&base_report, &new_report);
     let mut out = io::stdout().lock();

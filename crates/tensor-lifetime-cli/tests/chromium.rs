@@ -116,3 +116,68 @@ fn the_html_report_dom_has_the_chart_tables_and_ran_its_script() {
     );
     assert!(dom.contains("stored into `self.cache` at src/dataset.rs:42"));
 }
+
+/// `html::PALETTE[3]`: the line of rank 3 in the ranks chart.
+const RANK_3: [u8; 3] = [0x76, 0xb7, 0xb2];
+
+#[test]
+fn the_merged_page_of_four_ranks_shows_every_rank_in_chromium() {
+    if !common::chromium_available("the_merged_page_of_four_ranks_shows_every_rank_in_chromium") {
+        return;
+    }
+    let logs = Logs::new();
+    common::write_rank_logs(&logs.path("job"), 4, &[3]);
+    let out = logs.run(&["html", "job", "-o", "ranks.html"]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::transcript(&out));
+    let page = logs.path("ranks.html");
+    let dom = run_chromium(
+        &page,
+        &logs.path("profile-dom"),
+        &["--dump-dom".to_string()],
+    );
+    let dom = String::from_utf8(dom).expect("UTF-8 DOM");
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page's script did not finish"
+    );
+    assert!(
+        dom.contains("<section id=\"ranks-section\">"),
+        "no ranks section"
+    );
+    assert_eq!(
+        dom.matches("<polyline class=\"rank-line\"").count(),
+        4,
+        "a line per rank"
+    );
+    assert_eq!(
+        dom.matches("<tr class=\"leaking\" data-rank=\"3\">")
+            .count(),
+        1
+    );
+    // The single-run page of rank 3 follows: its chart and the merged findings.
+    assert!(dom.contains("<svg id=\"timeline\""), "no timeline");
+    assert!(dom.contains("<table id=\"findings\""), "no findings table");
+
+    let png_path = logs.path("ranks.png");
+    run_chromium(
+        &page,
+        &logs.path("profile-shot"),
+        &[
+            format!("--screenshot={}", png_path.display()),
+            "--window-size=1400,1000".to_string(),
+        ],
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png_path).expect("chromium wrote the screenshot"),
+    ));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a size")];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    let rank3 = buf
+        .chunks_exact(channels)
+        .filter(|px| px.iter().zip(RANK_3).all(|(a, b)| a.abs_diff(b) <= 3))
+        .count();
+    // Rank 3's line, drawn thick because it leaks, across the chart's width.
+    assert!(rank3 > 1000, "rank 3's line has {rank3} pixels");
+}

@@ -18,6 +18,9 @@
 //! - [`html`]: the self-contained HTML report (timeline, findings, per-site detail).
 //! - [`trace`]: a Chrome Trace Event file for ui.perfetto.dev and chrome://tracing.
 //! - [`diff`]: a per-site comparison of two reports (a CI guard against new leaks).
+//! - [`ranks`]: the logs of several ranks of one job merged: findings with their ranks,
+//!   a rank whose memory grows apart from the others.
+//! - [`sarif`], [`github`]: findings as SARIF 2.1.0 and as GitHub Actions annotations.
 //!
 //! The renderers take events through the same [`event::EventReader`] and the judgement
 //! through the same [`Analysis`]; none of them judges leaks itself.
@@ -29,9 +32,12 @@ pub mod diff;
 pub mod event;
 #[doc(hidden)]
 pub mod fast_hash;
+pub mod github;
 pub mod html;
 pub mod memory_findings;
+pub mod ranks;
 pub mod report;
+pub mod sarif;
 pub mod size;
 pub mod timeline;
 pub mod trace;

@@ -26,6 +26,9 @@ pub enum FindingKind {
     /// A site keeps making tensors of new sizes (dynamic shapes), which fragments a
     /// caching pool (`memory_findings`).
     ShapeChurn,
+    /// One rank's live bytes grow apart from the other ranks' of the same job
+    /// (`ranks`): judged only when several ranks' logs are merged.
+    RankDivergence,
 }
 
 impl FindingKind {
@@ -38,6 +41,7 @@ impl FindingKind {
             FindingKind::Retained => "retained",
             FindingKind::UntrackedGrowth => "untracked_growth",
             FindingKind::ShapeChurn => "shape_churn",
+            FindingKind::RankDivergence => "rank_divergence",
         }
     }
 
@@ -49,7 +53,8 @@ impl FindingKind {
             FindingKind::Leak => 2,
             FindingKind::UntrackedGrowth => 3,
             FindingKind::ShapeChurn => 4,
-            FindingKind::Retained => 5,
+            FindingKind::RankDivergence => 5,
+            FindingKind::Retained => 6,
         }
     }
 
@@ -71,6 +76,9 @@ impl FindingKind {
             }
             FindingKind::ShapeChurn => {
                 "pad or bucket the shapes (e.g. sequence lengths to multiples of 64) so the pool can reuse its blocks"
+            }
+            FindingKind::RankDivergence => {
+                "look at this rank's own findings: code that runs on one rank only (logging, checkpoints, a rank-dependent branch) keeps tensors"
             }
         }
     }
@@ -298,6 +306,7 @@ impl Finding {
             FindingKind::Leak => "LEAK",
             FindingKind::UntrackedGrowth => "UNTRACKED",
             FindingKind::ShapeChurn => "CHURN",
+            FindingKind::RankDivergence => "RANK",
         }
     }
 
@@ -322,6 +331,19 @@ impl Finding {
                 self.loop_name,
                 format_bytes(self.bytes)
             ),
+            FindingKind::RankDivergence => {
+                return Some(
+                    writeln!(
+                        f,
+                        "{tag:<8} {}: live bytes grow +{} per iteration of loop {} ({}), apart from the other ranks",
+                        self.site.label,
+                        format_bytes(self.bytes_per_iteration),
+                        self.loop_name,
+                        plural(self.iterations, "iteration", "iterations"),
+                    )
+                    .and_then(|()| writeln!(f, "{pad}hint: {}", self.hint)),
+                )
+            }
             _ => return None,
         };
         Some(head.and_then(|()| writeln!(f, "{pad}{}", self.hint)))

@@ -65,6 +65,9 @@ pub struct TraceWriter<W: Write> {
     first: bool,
     pid: u32,
     process_named: bool,
+    /// Set by [`TraceWriter::begin_process`]: the process's name, and its pid is kept
+    /// whatever the log's header says.
+    process_label: Option<String>,
     threads: HashMap<u64, u32>,
     sites: HashMap<u32, SiteInfo>,
     frames: HashMap<u64, Frame>,
@@ -89,6 +92,7 @@ impl<W: Write> TraceWriter<W> {
             first: true,
             pid: DEFAULT_PID,
             process_named: false,
+            process_label: None,
             threads: HashMap::new(),
             sites: HashMap::new(),
             frames: HashMap::new(),
@@ -129,7 +133,11 @@ impl<W: Write> TraceWriter<W> {
     fn name_process(&mut self) -> io::Result<()> {
         if !self.process_named {
             self.process_named = true;
-            let args = json!({ "name": format!("tensor-lifetime (pid {})", self.pid) });
+            let name = match &self.process_label {
+                Some(label) => label.clone(),
+                None => format!("tensor-lifetime (pid {})", self.pid),
+            };
+            let args = json!({ "name": name });
             self.emit("M", "process_name", 0, 0, &format!(",\"args\":{args}"))?;
         }
         Ok(())
@@ -225,7 +233,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn header(&mut self, pid: u32) -> io::Result<()> {
-        if !self.process_named {
+        if !self.process_named && self.process_label.is_none() {
             self.pid = pid;
         }
         self.name_process()
@@ -407,8 +415,43 @@ impl<W: Write> TraceWriter<W> {
         )
     }
 
+    /// Ends the process written so far and starts another, for the log of another rank
+    /// in the same trace: its events go to process `pid` named `name`, its `findings`
+    /// become its instants. Threads, loops and counters start afresh.
+    pub fn begin_process(
+        &mut self,
+        pid: u32,
+        name: String,
+        findings: &[Finding],
+    ) -> io::Result<()> {
+        self.close_process()?;
+        self.pid = pid;
+        self.process_named = false;
+        self.process_label = Some(name);
+        self.threads.clear();
+        self.sites.clear();
+        self.counters.clear();
+        self.t_last = 0;
+        self.findings = findings
+            .iter()
+            .map(|f| PendingFinding {
+                finding: f.clone(),
+                written: false,
+            })
+            .collect();
+        Ok(())
+    }
+
     /// Writes the findings not placed yet (at the last time seen) and closes the JSON.
     pub fn finish(mut self) -> io::Result<W> {
+        self.close_process()?;
+        self.out.write_all(b"\n],\"displayTimeUnit\":\"ms\"}\n")?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// The findings not placed yet and the loops still open, at the last time seen.
+    fn close_process(&mut self) -> io::Result<()> {
         for i in 0..self.findings.len() {
             if !self.findings[i].written {
                 self.write_finding(i, self.t_last)?;
@@ -427,9 +470,7 @@ impl<W: Write> TraceWriter<W> {
                 &format!(",\"dur\":{dur},\"cat\":\"loop\"",),
             )?;
         }
-        self.out.write_all(b"\n],\"displayTimeUnit\":\"ms\"}\n")?;
-        self.out.flush()?;
-        Ok(self.out)
+        Ok(())
     }
 }
 

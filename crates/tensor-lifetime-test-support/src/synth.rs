@@ -164,6 +164,40 @@ pub fn write_log(cfg: &SynthLoop, out: &mut impl Write) -> io::Result<u64> {
     }
 }
 
+/// Writes the run as the log of rank `rank` of a job of `world_size` ranks (the header
+/// names them); returns the number of events written.
+pub fn write_rank_log(
+    cfg: &SynthLoop,
+    rank: u32,
+    world_size: u32,
+    out: &mut impl Write,
+) -> io::Result<u64> {
+    let mut n = 0;
+    let mut err = None;
+    generate(cfg, |e| {
+        let e = match e {
+            Event::Header { .. } => Event::rank_header(
+                4242 + rank,
+                1_700_000_000_000,
+                Some(rank),
+                Some(world_size),
+                Some("synth".to_string()),
+            ),
+            e => e,
+        };
+        if err.is_none() {
+            if let Err(e2) = e.write_line(out) {
+                err = Some(e2);
+            }
+            n += 1;
+        }
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
 /// All events of the run, in memory (for small runs).
 pub fn events(cfg: &SynthLoop) -> Vec<Event> {
     let mut v = Vec::new();

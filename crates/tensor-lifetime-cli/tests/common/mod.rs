@@ -148,3 +148,21 @@ pub fn run_chromium(page: &Path, profile: &Path, extra: &[String]) -> Vec<u8> {
     }
     reader.join().expect("reader thread").expect("read stdout")
 }
+
+/// Writes `ranks` logs of the synthetic loop (4 epochs x 12 batches) as
+/// `dir/rank-N.jsonl`, their headers naming rank N of `ranks`; the ranks in `leaking` keep
+/// the dataset cache that is never cleared.
+pub fn write_rank_logs(dir: &Path, ranks: u32, leaking: &[u32]) {
+    std::fs::create_dir_all(dir).expect("create the logs' folder");
+    for rank in 0..ranks {
+        let cfg = if leaking.contains(&rank) {
+            SynthLoop::leaky(4, 12)
+        } else {
+            SynthLoop::clean(4, 12)
+        };
+        let path = dir.join(format!("rank-{rank}.jsonl"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create log"));
+        synth::write_rank_log(&cfg, rank, ranks, &mut out).expect("write log");
+        std::io::Write::flush(&mut out).expect("flush log");
+    }
+}

@@ -15,6 +15,9 @@
 //! nothing here judges leaks.
 
 mod chart;
+mod ranks;
+
+pub use ranks::render_ranks;
 
 use crate::report::{Finding, Report};
 use crate::size::format_bytes;
