@@ -46,3 +46,29 @@ pub fn findings_for<'a>(json: &'a serde_json::Value, label: &str) -> Vec<&'a ser
         .filter(|f| f["site"]["label"] == label)
         .collect()
 }
+
+/// Runs a server task (`serve`, given the receiving end of a request channel) on a tokio
+/// runtime of 4 worker threads, sends it the requests `0..requests` and returns its
+/// result. The task is spawned wrapped in `tensor_lifetime::in_task`, so it carries the
+/// caller's leak session to the workers.
+pub fn serve_on_runtime<F>(
+    requests: usize,
+    serve: impl FnOnce(tokio::sync::mpsc::Receiver<usize>) -> F,
+) -> candle_core::Result<f32>
+where
+    F: std::future::Future<Output = candle_core::Result<f32>> + Send + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .map_err(candle_core::Error::wrap)?;
+    runtime.block_on(async move {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let task = tokio::spawn(tensor_lifetime::in_task(serve(rx)));
+        for request in 0..requests {
+            tx.send(request).await.map_err(candle_core::Error::wrap)?;
+        }
+        drop(tx);
+        task.await.map_err(candle_core::Error::wrap)?
+    })
+}

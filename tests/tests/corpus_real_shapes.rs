@@ -10,7 +10,7 @@ use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
-use tensor_lifetime_tests::line_of;
+use tensor_lifetime_tests::{line_of, serve_on_runtime};
 
 const SOURCE: &str = include_str!("corpus_real_shapes.rs");
 const FILE: &str = "tests/tests/corpus_real_shapes.rs";
@@ -238,6 +238,27 @@ tensor_lifetime_test_support::twice! {
             Ok(total)
         }
 
+        /// 10 (`keep` false, clean) and 11 (`keep` true, leak at `features`): an async
+        /// task serving requests from a channel on a multi-threaded runtime, yielding
+        /// mid-request (it may resume on another thread); each request is an iteration.
+        pub async fn serve_async(
+            mut requests: tokio::sync::mpsc::Receiver<usize>,
+            keep: bool,
+        ) -> Result<f32> {
+            let mut history: Vec<Tensor> = Vec::new();
+            let mut total = 0.0;
+            while let Some(request) = requests.recv().await {
+                let (x, _y) = batch(request)?;
+                let features = x.sqr()?.mean_keepdim(0)?; // corpus: async features
+                tokio::task::yield_now().await;
+                total += features.sum_all()?.to_scalar::<f32>()?;
+                if keep {
+                    history.push(features);
+                }
+            }
+            Ok(total + history.len() as f32)
+        }
+
         /// 8. Training whose batches go through `match` and `if let`. Clean.
         pub fn matched_batches(steps: usize) -> Result<f32> {
             let varmap = VarMap::new();
@@ -436,4 +457,26 @@ fn r09_trait_default_training_is_clean() {
         },
     );
     assert_clean(&outcome);
+}
+
+#[test]
+fn r10_async_request_loop_is_clean() {
+    let outcome = compare(
+        || serve_on_runtime(12, |rx| plain::serve_async(rx, false)),
+        || serve_on_runtime(12, |rx| tracked::serve_async(rx, false)),
+    );
+    assert_clean(&outcome);
+}
+
+#[test]
+fn r11_async_request_loop_keeping_results_leaks() {
+    let outcome = compare(
+        || serve_on_runtime(12, |rx| plain::serve_async(rx, true)),
+        || serve_on_runtime(12, |rx| tracked::serve_async(rx, true)),
+    );
+    let holders = assert_leak_at(&outcome, "// corpus: async features", "features");
+    assert_eq!(holders, ["history"]);
+    let leak = outcome.report.leaks().next().unwrap();
+    assert_eq!(leak.survivors, 12, "{}", outcome.report);
+    assert_eq!(leak.bytes, 12 * FEATURES as u64 * 4, "{}", outcome.report);
 }

@@ -1,9 +1,9 @@
-//! The reliability matrix: fifteen leaky and fifteen clean training loops, each a small but
+//! The reliability matrix: sixteen leaky and sixteen clean training loops, each a small but
 //! realistic `#[track]`ed function, each judged in its own leak session
 //! (`check_leaks`), with the expected outcome asserted: every leak found at its site
 //! (file, line, label), with its kind and its bytes; no `leak` finding (and no tensor
 //! left alive) for the clean ones. `matrix_of_leaks_and_clean_loops` prints the summary
-//! line (`matrix (seed ...): 15/15 leaks found, 0/15 false alarms`).
+//! line (`matrix (seed ...): 16/16 leaks found, 0/16 false alarms`).
 //!
 //! Seeded: one seed (`SEED`, or `TL_MATRIX_SEED` to try another) draws each case's batch
 //! rows and step count; the data is built from the step index, not from candle's
@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tensor_lifetime::{check_leaks, FindingKind, LeakTestOptions, LeakTestOutcome};
 use tensor_lifetime_test_support::serial;
-use tensor_lifetime_tests::line_of;
+use tensor_lifetime_tests::{line_of, serve_on_runtime};
 
 const SOURCE: &str = include_str!("reliability_matrix.rs");
 const FILE: &str = "tests/tests/reliability_matrix.rs";
@@ -860,6 +860,50 @@ pub fn decoding(p: Params, keep: bool) -> Result<f32> {
     Ok(total)
 }
 
+/// A server task serving decoding requests from a channel, on a multi-threaded runtime.
+#[derive(Debug, Default)]
+pub struct AsyncServer {
+    /// Caches kept "for reuse" across requests: nothing ever trims them.
+    pub caches: Vec<Vec<Tensor>>,
+}
+
+#[tensor_lifetime::track]
+impl AsyncServer {
+    /// Serves requests until the channel closes; each request decodes `TOKENS` tokens,
+    /// yielding to the runtime after each (the task may resume on another thread).
+    pub async fn serve(
+        &mut self,
+        p: Params,
+        mut requests: tokio::sync::mpsc::Receiver<usize>,
+        keep: bool,
+    ) -> Result<f32> {
+        let mut total = 0.0;
+        while let Some(request) = requests.recv().await {
+            let mut cache: Vec<Tensor> = Vec::new();
+            for token in 0..TOKENS {
+                let (x, _y) = batch(&p, request * TOKENS + token)?;
+                let kv = x.mean_keepdim(0)?; // matrix: L16 async kv entry
+                cache.push(kv);
+                total += Tensor::cat(&cache, 0)?.sum_all()?.to_scalar::<f32>()?;
+                tokio::task::yield_now().await;
+            }
+            if keep {
+                self.caches.push(cache);
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// C16 (`keep` false) and L16 (`keep` true): the server task spawned on a runtime of 4
+/// worker threads, fed `p.steps` requests by another task.
+pub fn async_decoding(p: Params, keep: bool) -> Result<f32> {
+    serve_on_runtime(p.steps, move |rx| async move {
+        let mut server = AsyncServer::default();
+        server.serve(p, rx, keep).await
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // The matrix.
 
@@ -1199,6 +1243,21 @@ fn leak_cases() -> Vec<(&'static str, Vec<String>)> {
         },
         run(|| decoding(p, true)).1,
     );
+
+    let p = params("l16");
+    record(
+        Leak {
+            name: "l16_async_server_kept_caches",
+            marker: "// matrix: L16 async kv entry",
+            label: "kv",
+            kind: FindingKind::Leak,
+            survivors: (p.steps * TOKENS) as u64,
+            bytes: (p.steps * TOKENS * FEATURES * 4) as u64,
+            holder: Some("self.caches"),
+            alive_after: 0,
+        },
+        run(|| async_decoding(p, true)).1,
+    );
     results
 }
 
@@ -1289,6 +1348,11 @@ fn clean_cases() -> Vec<(&'static str, Vec<String>)> {
         "c15_decoding_per_request_cache",
         run(|| decoding(p, false)).1,
     );
+    let p = params("c16");
+    record(
+        "c16_async_server_per_request_cache",
+        run(|| async_decoding(p, false)).1,
+    );
     results
 }
 
@@ -1313,7 +1377,7 @@ fn matrix_of_leaks_and_clean_loops() {
             problems.push_str(&format!("{name}: {e}\n"));
         }
     }
-    assert!(leaks.len() >= 15 && clean.len() >= 15);
+    assert!(leaks.len() >= 16 && clean.len() >= 16);
     assert!(problems.is_empty(), "{summary}\n{problems}");
 }
 

@@ -82,7 +82,7 @@ pub use memory::{
     memory_stats, memory_summary, record_memory_sample, reset_peak, set_memory_monitor,
     set_release_threshold, MemoryStats,
 };
-pub use scope::{Iteration, LoopScope};
+pub use scope::{in_task, AsyncLoopScope, InTask, Iteration, LoopScope};
 pub use site::{Site, SiteKind};
 pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};
 pub use tracker::{LiveTensor, SiteTotals};
@@ -162,6 +162,18 @@ macro_rules! loop_scope {
     };
 }
 
+/// Opens an [`AsyncLoopScope`] here, for a loop that `.await`s, inside a future wrapped
+/// by [`in_task`] (`async_loop_scope!("'requests")`).
+#[macro_export]
+macro_rules! async_loop_scope {
+    ($label:expr) => {
+        $crate::AsyncLoopScope::enter($crate::site!(loop $label))
+    };
+    () => {
+        $crate::AsyncLoopScope::enter($crate::site!(loop ""))
+    };
+}
+
 /// What `#[track]` and `#[leak_test]` expand to. Not public API: no stability promise.
 #[doc(hidden)]
 pub mod __private {
@@ -169,7 +181,7 @@ pub mod __private {
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
     pub use crate::probe::{store, tag};
-    pub use crate::scope::{Iteration, LoopScope};
+    pub use crate::scope::{in_task, AsyncLoopScope, Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
 
     /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.
@@ -182,6 +194,11 @@ pub mod __private {
     #[inline]
     pub fn enter_loop(site: &'static Site) -> LoopScope {
         LoopScope::enter(site)
+    }
+
+    /// Opens the scope of a loop that `.await`s (inside a future wrapped by `in_task`).
+    pub fn enter_async_loop(site: &'static Site) -> AsyncLoopScope {
+        AsyncLoopScope::enter(site)
     }
 
     /// `place = tagged(value, SITE)`: tags `value` on its way into an assigned place and

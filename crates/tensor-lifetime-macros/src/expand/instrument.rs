@@ -26,14 +26,26 @@ impl Kind {
 pub(super) struct Instrument {
     /// The enclosing function's name, for every site in it (closures included).
     pub(super) function: String,
-    /// Inside an `async fn` or `async` block (loops that await get no scope).
+    /// Inside an `async fn`, `async` block or async closure.
     pub(super) in_async: bool,
+    /// A loop that awaits was instrumented in the current async body: the body is
+    /// wrapped in `in_task` so that its loops follow the task from thread to thread.
+    pub(super) needs_task: bool,
     /// The impl's type, for `Self { .. }` in struct-literal labels.
     pub(super) self_type: Option<String>,
     /// Containers the code trims, by receiver text: their stores are bounded.
     pub(super) evictions: Evictions,
     /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
     pub(super) returned: Vec<String>,
+}
+
+/// Wraps an async body in `in_task` (see [`Instrument::needs_task`]): `{ in_task(async
+/// { body }).await }`. The inner block is not `move`: it borrows or moves what the body
+/// uses, as the body did, and is awaited at once; its `return` and `?` end it, which
+/// ends the body with the same value.
+pub(super) fn in_task(block: &mut Block) {
+    let inner = std::mem::replace(block, parse_quote!({}));
+    *block = parse_quote!({ ::tensor_lifetime::__private::in_task(async #inner).await });
 }
 
 /// A generated local, invisible to user code (`Span::mixed_site`).
@@ -254,9 +266,9 @@ impl Instrument {
         };
         let fills = fills_returned(expr, &self.returned).filter(|_| !labeled);
         visit_mut::visit_expr_mut(self, expr);
-        if self.in_async && contains_await(expr) {
-            return;
-        }
+        // A loop that awaits may resume on another thread: a `Send` scope, in a task.
+        let awaits = self.in_async && contains_await(expr);
+        self.needs_task |= awaits;
         let scope = local("__tl_loop");
         let iter = local("__tl_iter");
         let (label, keyword_span) = match &*expr {
@@ -275,7 +287,11 @@ impl Instrument {
         };
         // A label now also names the loop scope: it is used even if no `break` names it.
         let allow = label.as_ref().map(|_| quote!(#[allow(unused_labels)]));
-        let enter = quote!(let #scope = ::tensor_lifetime::__private::enter_loop(#site););
+        let enter = if awaits {
+            quote!(let #scope = ::tensor_lifetime::__private::enter_async_loop(#site);)
+        } else {
+            quote!(let #scope = ::tensor_lifetime::__private::enter_loop(#site);)
+        };
         let begin = quote!(let #iter = #scope.iteration(););
         *expr = match &*expr {
             Expr::ForLoop(f) => {
@@ -362,12 +378,22 @@ impl VisitMut for Instrument {
             Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_) => self.instrument_loop(expr),
             Expr::Closure(c) => {
                 let outer = std::mem::replace(&mut self.in_async, c.asyncness.is_some());
+                let outer_task = std::mem::replace(&mut self.needs_task, false);
                 self.visit_expr_mut(&mut c.body);
+                if std::mem::replace(&mut self.needs_task, outer_task) {
+                    let body = &c.body;
+                    *c.body =
+                        parse_quote!(::tensor_lifetime::__private::in_task(async { #body }).await);
+                }
                 self.in_async = outer;
             }
             Expr::Async(a) => {
                 let outer = std::mem::replace(&mut self.in_async, true);
+                let outer_task = std::mem::replace(&mut self.needs_task, false);
                 self.visit_block_mut(&mut a.block);
+                if std::mem::replace(&mut self.needs_task, outer_task) {
+                    in_task(&mut a.block);
+                }
                 self.in_async = outer;
             }
             // `const { .. }` is evaluated at compile time.

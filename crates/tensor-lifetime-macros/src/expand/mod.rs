@@ -21,10 +21,14 @@
 //! loop's item (the batch) drops before the iteration ends; the body itself becomes a
 //! statement so that its temporaries drop before the guard too.
 //!
+//! In `async` code a loop that `.await`s may resume on another thread: its scope is the
+//! `Send` `AsyncLoopScope`, and the async body around it (the `async fn`'s, an `async`
+//! block's, an async closure's) is wrapped in `in_task`, which carries the task's open
+//! loops and leak-test session from poll to poll (`{ in_task(async { body }).await }`).
+//!
 //! Not rewritten: nested items (they are not part of the annotated code), `const`
-//! contexts and `const fn`s, macro invocations (their tokens are not Rust syntax to us),
-//! and in `async` code the loops that `.await` (a loop scope is a thread-local guard and
-//! must not be held across a suspension point).
+//! contexts and `const fn`s, and macro invocations (their tokens are not Rust syntax to
+//! us).
 
 use crate::attr::{self, Errors, LeakTestArgs};
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
@@ -303,11 +307,15 @@ fn instrument_fn(
     let mut v = Instrument {
         function,
         in_async: sig.asyncness.is_some(),
+        needs_task: false,
         self_type,
         evictions,
         returned: returned_locals(block),
     };
     v.visit_block_mut(block);
+    if v.needs_task {
+        instrument::in_task(block);
+    }
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ fn const_fn_and_nested_items_are_left_alone() {
 }
 
 #[test]
-fn awaiting_loops_in_async_code_get_no_scope() {
+fn awaiting_loops_get_a_send_scope_in_a_task() {
     let out = expand(quote!(
         async fn f() {
             for i in 0..3 {
@@ -107,7 +107,27 @@ fn awaiting_loops_in_async_code_get_no_scope() {
             }
         }
     ));
+    assert_eq!(out.matches("enter_async_loop").count(), 1, "{out}");
     assert_eq!(out.matches("enter_loop").count(), 1, "{out}");
+    assert_eq!(out.matches("in_task").count(), 1, "{out}");
+    // A loop without an await needs no task; an async block's loop wraps that block.
+    let out = expand(quote!(
+        async fn g() {
+            for j in 0..3 {
+                let k = j;
+            }
+            let served = async move {
+                loop {
+                    next().await;
+                }
+            };
+        }
+    ));
+    assert_eq!(out.matches("in_task").count(), 1, "{out}");
+    assert!(
+        out.contains("let served = async move { :: tensor_lifetime :: __private :: in_task"),
+        "{out}"
+    );
 }
 
 #[test]

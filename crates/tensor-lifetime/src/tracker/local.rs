@@ -81,3 +81,70 @@ pub(super) fn set_iteration(frame: u64, iteration: u64) {
         }
     });
 }
+
+/// What a task (a future that any thread may poll) carries of the per-thread state: the
+/// loops it has open and its leak-test session. Each poll puts them on the polling
+/// thread ([`TaskContext::enter`]) above the loops of whoever polls it, and takes them
+/// back after ([`TaskContext::leave`]), so a loop that `.await`s judges its iterations
+/// on whichever thread runs them, and no other task's tensors are counted as its own.
+#[derive(Debug, Default)]
+pub(crate) struct TaskContext {
+    frames: Vec<OpenLoop>,
+    session: SessionMark,
+}
+
+/// Where a poll put a task's state: the polling thread's stack height and session before.
+#[derive(Debug)]
+pub(crate) struct Entered {
+    mark: usize,
+    session: SessionMark,
+}
+
+impl TaskContext {
+    /// A task that belongs to this thread's leak-test session (if any).
+    pub(crate) fn current() -> TaskContext {
+        TaskContext {
+            frames: Vec::new(),
+            session: LOCAL.try_with(|l| l.session.get()).unwrap_or_default(),
+        }
+    }
+
+    /// Puts the task's loops on this thread's stack and its session in place.
+    pub(crate) fn enter(&mut self) -> Entered {
+        let session = self.session;
+        LOCAL
+            .try_with(|l| {
+                let mut stack = l.stack.borrow_mut();
+                let mark = stack.len();
+                stack.append(&mut self.frames);
+                let session = if session.session != 0 {
+                    l.session.replace(session)
+                } else {
+                    l.session.get()
+                };
+                Entered { mark, session }
+            })
+            .unwrap_or(Entered {
+                mark: usize::MAX,
+                session: SessionMark::default(),
+            })
+    }
+
+    /// Takes back what the poll left of the task's loops (a loop that ended is gone, one
+    /// that opened is kept) and restores the thread's session.
+    pub(crate) fn leave(&mut self, entered: Entered) {
+        if entered.mark == usize::MAX {
+            return;
+        }
+        let session = self.session;
+        let _ = LOCAL.try_with(|l| {
+            let mut stack = l.stack.borrow_mut();
+            if entered.mark <= stack.len() {
+                self.frames.extend(stack.drain(entered.mark..));
+            }
+            if session.session != 0 {
+                l.session.set(entered.session);
+            }
+        });
+    }
+}

@@ -62,7 +62,7 @@ mod observe;
 mod output;
 mod sweep;
 
-pub(crate) use local::{set_session, SessionMark};
+pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
 pub use output::{LiveTensor, SiteTotals};
 
