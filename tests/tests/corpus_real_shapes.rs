@@ -381,10 +381,12 @@ fn r01_construction_loops_then_training_are_clean() {
 
 #[test]
 fn r02_replay_buffers_below_and_above_capacity_are_clean() {
-    for capacity in [100_000, 16] {
+    // The shape: capacity 100 000 filled with 20 000 transitions (never full),
+    // and a small buffer that evicts.
+    for (capacity, steps) in [(100_000, 20_000), (16, 300)] {
         let outcome = compare(
-            || plain::replay_agent(capacity, 300),
-            || tracked::replay_agent(capacity, 300),
+            || plain::replay_agent(capacity, steps),
+            || tracked::replay_agent(capacity, steps),
         );
         assert_clean(&outcome);
     }
