@@ -222,6 +222,9 @@ impl State {
             }
             return;
         }
+        if self.gens.is_some() && self.merge_old(p, key, site, log) {
+            return;
+        }
         let alive = p.weak.strong_count() > 0;
         if !alive && !p.first {
             // A later probe of a tensor that has no record and is gone: its first probe
@@ -267,5 +270,33 @@ impl State {
         } else {
             self.emit(Event::Dropped { t_ns, tensor: id });
         }
+    }
+}
+
+impl State {
+    /// A later probe of an old record (generational mode): a store moves its holder, an
+    /// alias is logged. False when `key` is no old record.
+    #[cold]
+    fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
+        if p.store {
+            let Some(tensor) = self.store_on_old(key, site) else {
+                return false;
+            };
+            if log {
+                self.emit(Event::Stored {
+                    t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
+                    tensor,
+                    site,
+                });
+            }
+            return true;
+        }
+        let Some((first_site, tensor)) = self.old_record(key) else {
+            return false;
+        };
+        if log && first_site != site {
+            self.emit(Event::Alias { tensor, site });
+        }
+        true
     }
 }

@@ -53,6 +53,7 @@
 //! [`Analysis`] and to the event log alike (without a log, the same summary goes to the
 //! analysis directly: [`Analysis::note_iteration_end`]).
 
+mod generations;
 mod holders;
 mod ingest;
 mod local;
@@ -181,6 +182,9 @@ struct Record {
     device: DeviceId,
     /// It had an autograd op when tagged (ops never change afterwards).
     has_graph: bool,
+    /// It owns its storage, as of the walk that turned it old (generational mode:
+    /// [`generations`]); true until then.
+    owns: bool,
 }
 
 impl Record {
@@ -200,6 +204,7 @@ impl Record {
             session: p.session,
             device: view.device,
             has_graph: view.has_graph,
+            owns: true,
         }
     }
 
@@ -224,6 +229,12 @@ struct State {
     log_error: bool,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
+    /// The old records and the aggregates of the generational mode (more than
+    /// `exact_max` live records); `None`: every record is in `records`.
+    gens: Option<generations::Generations>,
+    /// Live records above which inner iteration ends sweep partially
+    /// (`TENSOR_LIFETIME_EXACT_MAX`).
+    exact_max: usize,
 }
 
 /// The process-wide tracker.
@@ -257,6 +268,7 @@ impl Tracker {
     fn new(config: Config) -> Tracker {
         let start = Instant::now();
         let log = output::open_log(&config);
+        let exact_max = config.exact_max;
         monitor::configure(config.memory_every);
         Tracker {
             timed: log.is_some(),
@@ -275,6 +287,8 @@ impl Tracker {
                 log,
                 log_error: false,
                 scratch: Scratch::default(),
+                gens: None,
+                exact_max,
             }),
             buffers: Registry::new(),
             next_frame: AtomicU64::new(1),
