@@ -1,7 +1,7 @@
 //! Generations: what keeps an inner iteration end's cost bounded when many records are
 //! alive (issue 16; the rule is in [`super::sweep`]'s module docs).
 //!
-//! Above `TENSOR_LIFETIME_EXACT_MAX` (4 096) live records the registry is split in two. The *young* records
+//! Above `TENSOR_LIFETIME_EXACT_MAX` (48) live records the registry is split in two. The *young* records
 //! (`State::records`: made since the latest sweep, and every record whose tensor had an
 //! autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in shards of
 //! at most [`SHARD_MAX`] records, and a partial sweep walks one shard of them, round
@@ -19,7 +19,9 @@ use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 /// buckets holds 112): a partial sweep walks one shard, 56 to 112 records.
 const SHARD_MAX: usize = 112;
 
-/// The old records, in shards chosen by the top bits of a hash of their key.
+/// The old records, in shards chosen by the top bits of a hash of their tensor's creation
+/// serial (not of its address: which records a partial sweep walks together is then the
+/// same in every run of a program, with or without an event log).
 #[derive(Default)]
 pub(super) struct Old {
     shards: Vec<FastMap<usize, Record>>,
@@ -30,19 +32,19 @@ pub(super) struct Old {
 
 impl Old {
     #[inline]
-    fn shard_of(key: usize, bits: u32) -> usize {
+    fn shard_of(serial: u32, bits: u32) -> usize {
         if bits == 0 {
             return 0;
         }
-        ((key as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - bits)) as usize
+        (u64::from(serial).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - bits)) as usize
     }
 
     pub(super) fn len(&self) -> usize {
         self.len
     }
 
-    pub(super) fn get_mut(&mut self, key: usize) -> Option<&mut Record> {
-        let i = Old::shard_of(key, self.bits);
+    pub(super) fn get_mut(&mut self, key: usize, serial: u32) -> Option<&mut Record> {
+        let i = Old::shard_of(serial, self.bits);
         self.shards.get_mut(i)?.get_mut(&key)
     }
 
@@ -66,7 +68,7 @@ impl Old {
         if self.shards.is_empty() {
             self.shards.push(FastMap::default());
         }
-        let i = Old::shard_of(key, self.bits);
+        let i = Old::shard_of(r.serial, self.bits);
         self.shards[i].insert(key, r);
         self.len += 1;
         if self.len > SHARD_MAX << self.bits {
@@ -87,7 +89,7 @@ impl Old {
                 FastMap::with_capacity_and_hasher(per, Default::default()),
             );
             for (key, r) in shard {
-                if Old::shard_of(key, bits) & 1 == 0 {
+                if Old::shard_of(r.serial, bits) & 1 == 0 {
                     lo.insert(key, r);
                 } else {
                     hi.insert(key, r);
@@ -327,9 +329,9 @@ impl State {
 
     /// A store seen on old record `key`: its latest store site becomes `site`, and its
     /// aggregate's holders follow. Returns the record's id.
-    pub(super) fn store_on_old(&mut self, key: usize, site: u32) -> Option<u64> {
+    pub(super) fn store_on_old(&mut self, key: usize, serial: u32, site: u32) -> Option<u64> {
         let gens = self.gens.as_mut()?;
-        let r = gens.old.get_mut(key)?;
+        let r = gens.old.get_mut(key, serial)?;
         let (id, frame, rsite) = (r.id, r.frame, r.site);
         if r.store == site {
             return Some(id);
@@ -344,8 +346,8 @@ impl State {
     }
 
     /// The site and id of old record `key`, if it is one.
-    pub(super) fn old_record(&mut self, key: usize) -> Option<(u32, u64)> {
-        let r = self.gens.as_mut()?.old.get_mut(key)?;
+    pub(super) fn old_record(&mut self, key: usize, serial: u32) -> Option<(u32, u64)> {
+        let r = self.gens.as_mut()?.old.get_mut(key, serial)?;
         Some((r.site, r.id))
     }
 

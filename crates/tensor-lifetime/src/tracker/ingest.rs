@@ -32,6 +32,9 @@ pub(crate) struct Pending {
     pub(super) frame: u32,
     pub(super) iteration: u32,
     pub(super) session: u32,
+    /// The tensor's creation serial, cut to 32 bits: it picks an old record's shard
+    /// (the same in every run of a program, unlike the tensor's address).
+    pub(super) serial: u32,
     /// Global probe order (the drain merges threads' buffers by it; 0 before a second
     /// thread probed).
     seq: u64,
@@ -113,6 +116,7 @@ impl Tracker {
                         frame: birth.frame as u32,
                         iteration: birth.iteration as u32,
                         session: birth.session as u32,
+                        serial: serial as u32,
                         seq,
                         first,
                         bytes: own_bytes(t),
@@ -279,7 +283,7 @@ impl State {
     #[cold]
     fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
         if p.store {
-            let Some(tensor) = self.store_on_old(key, site) else {
+            let Some(tensor) = self.store_on_old(key, p.serial, site) else {
                 return false;
             };
             if log {
@@ -291,7 +295,7 @@ impl State {
             }
             return true;
         }
-        let Some((first_site, tensor)) = self.old_record(key) else {
+        let Some((first_site, tensor)) = self.old_record(key, p.serial) else {
             return false;
         };
         if log && first_site != site {

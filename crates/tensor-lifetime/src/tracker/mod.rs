@@ -182,6 +182,8 @@ struct Record {
     device: DeviceId,
     /// It had an autograd op when tagged (ops never change afterwards).
     has_graph: bool,
+    /// The tensor's creation serial, cut to 32 bits (picks its shard when old).
+    serial: u32,
     /// It owns its storage, as of the walk that turned it old (generational mode:
     /// [`generations`]); true until then.
     owns: bool,
@@ -204,6 +206,7 @@ impl Record {
             session: p.session,
             device: view.device,
             has_graph: view.has_graph,
+            serial: p.serial,
             owns: true,
         }
     }
