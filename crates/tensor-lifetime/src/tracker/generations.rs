@@ -15,9 +15,9 @@ use super::{FastMap, Record, State};
 use std::collections::VecDeque;
 use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 
-/// Old records per shard before the shards are split (a power-of-two table of 128
-/// buckets holds 112): a partial sweep walks one shard, 56 to 112 records.
-const SHARD_MAX: usize = 112;
+/// Old records per shard before the shards are split (a power-of-two table of 32
+/// buckets holds 28): a partial sweep walks one shard, 14 to 28 records.
+const SHARD_MAX: usize = 28;
 
 /// The old records, in shards chosen by the top bits of a hash of their tensor's creation
 /// serial (not of its address: which records a partial sweep walks together is then the
@@ -131,7 +131,8 @@ pub(super) struct SiteAgg {
     bytes: u64,
     view_bytes: u64,
     view_storage_bytes: u64,
-    /// The largest strong count read since the latest full walk.
+    /// The largest strong count read when its records turned old (or at the latest full
+    /// walk): shown, not judged.
     refcount: u64,
     holders: Vec<(HolderSpec, u64)>,
 }
@@ -516,10 +517,6 @@ impl State {
                     }
                     gens.count(devices, r, false, 0);
                     return false;
-                }
-                if r.frame != 0 {
-                    let agg = gens.aggs.site_mut(r.frame, r.site);
-                    agg.refcount = agg.refcount.max(refcount as u64);
                 }
                 true
             });
