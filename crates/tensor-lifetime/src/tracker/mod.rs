@@ -19,6 +19,8 @@
 //! - [`ingest`]: the hot path: probes into per-thread rings, drained into the registry.
 //! - [`loops`]: loop frames, iterations and leak-test sessions.
 //! - [`sweep`]: the walk of the live records at an iteration end; storage claims.
+//! - [`generations`]: young and old records, the round robin over the old, and the
+//!   aggregates that stand in for them between exact walks.
 //! - [`holders`]: per-site summaries of survivors and who holds them (stores, graphs,
 //!   views).
 //! - [`monitor`]: the periodic memory monitor, sampled at iteration ends.
@@ -42,6 +44,10 @@
 //! element bytes, device, autograd op: none of it changes).
 //!
 //! # Sweeps
+//!
+//! (With more than `TENSOR_LIFETIME_EXACT_MAX` live records an inner iteration end walks
+//! only what changed plus a bounded slice and keeps aggregates of the rest: the rule is
+//! in [`sweep`]'s module docs, the parts in [`generations`].)
 //!
 //! At each iteration end the sweep drains the buffers, walks the live records once
 //! (removing the dead ones, so memory stays bounded by live tensors plus sites; births
