@@ -8,6 +8,7 @@
 //! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the JSON-lines event log (`docs/event-log.md`) |
 //! | `TENSOR_LIFETIME_RANK`, `TENSOR_LIFETIME_WORLD_SIZE` | numbers | this process's rank and the job's size; else the launchers' `RANK` / `WORLD_SIZE` (`LOCAL_RANK` when there is no `RANK`) |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
+//! | `TENSOR_LIFETIME_EXACT_MAX` | a number of live records (default 48) | above it, inner iteration ends walk what changed plus a bounded slice (`tracker::sweep`); set low to test that mode on small programs |
 //!
 //! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
 //! accepted values, and the default is kept.
@@ -39,6 +40,8 @@ pub(crate) struct Config {
     pub(crate) log: Option<PathBuf>,
     /// The memory monitor's period in iteration ends (0: off).
     pub(crate) memory_every: u64,
+    /// Live records above which inner iteration ends sweep partially.
+    pub(crate) exact_max: usize,
     pub(crate) rank: Rank,
 }
 
@@ -90,6 +93,7 @@ impl Config {
             json: path("TENSOR_LIFETIME_JSON"),
             log: path("TENSOR_LIFETIME_LOG"),
             memory_every: memory_every(get("TENSOR_LIFETIME_MEMORY_EVERY").as_deref()),
+            exact_max: exact_max(get("TENSOR_LIFETIME_EXACT_MAX").as_deref()),
             rank,
         }
     }
@@ -116,6 +120,22 @@ fn number(get: &impl Fn(&str) -> Option<String>, vars: &[&str]) -> Option<u32> {
 pub(crate) fn expand_path(path: &str, rank: Option<u32>, pid: u32) -> String {
     path.replace("{rank}", &rank.unwrap_or(0).to_string())
         .replace("{pid}", &pid.to_string())
+}
+
+fn exact_max(value: Option<&str>) -> usize {
+    const DEFAULT: usize = 48;
+    match value.map(str::trim) {
+        None | Some("") => DEFAULT,
+        Some(v) => v.parse().unwrap_or_else(|_| {
+            warn_env(
+                "TENSOR_LIFETIME_EXACT_MAX",
+                v,
+                "a number of live records",
+                "48 is used",
+            );
+            DEFAULT
+        }),
+    }
 }
 
 fn memory_every(value: Option<&str>) -> u64 {

@@ -168,7 +168,7 @@ fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Gr
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.
 #[inline]
-fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
+pub(super) fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
     if holders.len() > 1 {
         holders.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }

@@ -32,6 +32,9 @@ pub(crate) struct Pending {
     pub(super) frame: u32,
     pub(super) iteration: u32,
     pub(super) session: u32,
+    /// The tensor's creation serial, cut to 32 bits: it picks an old record's shard
+    /// (the same in every run of a program, unlike the tensor's address).
+    pub(super) serial: u32,
     /// Global probe order (the drain merges threads' buffers by it; 0 before a second
     /// thread probed).
     seq: u64,
@@ -113,6 +116,7 @@ impl Tracker {
                         frame: birth.frame as u32,
                         iteration: birth.iteration as u32,
                         session: birth.session as u32,
+                        serial: serial as u32,
                         seq,
                         first,
                         bytes: own_bytes(t),
@@ -222,6 +226,9 @@ impl State {
             }
             return;
         }
+        if self.gens.is_some() && self.merge_old(p, key, site, log) {
+            return;
+        }
         let alive = p.weak.strong_count() > 0;
         if !alive && !p.first {
             // A later probe of a tensor that has no record and is gone: its first probe
@@ -267,5 +274,33 @@ impl State {
         } else {
             self.emit(Event::Dropped { t_ns, tensor: id });
         }
+    }
+}
+
+impl State {
+    /// A later probe of an old record (generational mode): a store moves its holder, an
+    /// alias is logged. False when `key` is no old record.
+    #[cold]
+    fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
+        if p.store {
+            let Some(tensor) = self.store_on_old(key, p.serial, site) else {
+                return false;
+            };
+            if log {
+                self.emit(Event::Stored {
+                    t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
+                    tensor,
+                    site,
+                });
+            }
+            return true;
+        }
+        let Some((first_site, tensor)) = self.old_record(key, p.serial) else {
+            return false;
+        };
+        if log && first_site != site {
+            self.emit(Event::Alias { tensor, site });
+        }
+        true
     }
 }

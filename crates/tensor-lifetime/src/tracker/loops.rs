@@ -230,7 +230,9 @@ impl Tracker {
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));
             let t_ns = self.stamp();
-            let sweep = timed(HotPhase::Sweep, || st.sweep(Some(frame), t_ns, self.timed));
+            let sweep = timed(HotPhase::Sweep, || {
+                st.sweep(Some(frame), t_ns, self.timed, outermost)
+            });
             let duration_ns = t_ns.saturating_sub(started_ns);
             self.monitor_tick(&mut st, t_ns);
             timed(HotPhase::Analysis, || {
@@ -285,13 +287,21 @@ impl Tracker {
         let parent = st.frames.get(&frame).and_then(|f| f.parent);
         // Survivors of a nested loop now belong to the enclosing iteration.
         let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
-        for r in st.records.values_mut() {
+        let State { records, gens, .. } = &mut *st;
+        let old = gens.iter_mut().flat_map(|g| g.old.values_mut());
+        for r in records.values_mut().chain(old) {
             if r.frame() == frame {
                 r.frame = new_frame as u32;
                 r.iteration = new_iteration as u32;
             }
         }
         let t_ns = self.now_ns();
+        if st.gens.is_some() {
+            // The aggregates of the old records follow them to the enclosing frame: a full
+            // walk rebuilds them (a loop's close walks every record anyway).
+            let log = st.log.is_some();
+            st.sweep(None, t_ns, log, true);
+        }
         st.emit(Event::LoopEnd {
             t_ns,
             frame,

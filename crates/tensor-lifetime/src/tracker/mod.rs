@@ -19,6 +19,8 @@
 //! - [`ingest`]: the hot path: probes into per-thread rings, drained into the registry.
 //! - [`loops`]: loop frames, iterations and leak-test sessions.
 //! - [`sweep`]: the walk of the live records at an iteration end; storage claims.
+//! - [`generations`]: young and old records, the round robin over the old, and the
+//!   aggregates that stand in for them between exact walks.
 //! - [`holders`]: per-site summaries of survivors and who holds them (stores, graphs,
 //!   views).
 //! - [`monitor`]: the periodic memory monitor, sampled at iteration ends.
@@ -43,6 +45,10 @@
 //!
 //! # Sweeps
 //!
+//! (With more than `TENSOR_LIFETIME_EXACT_MAX` live records an inner iteration end walks
+//! only what changed plus a bounded slice and keeps aggregates of the rest: the rule is
+//! in [`sweep`]'s module docs, the parts in [`generations`].)
+//!
 //! At each iteration end the sweep drains the buffers, walks the live records once
 //! (removing the dead ones, so memory stays bounded by live tensors plus sites; births
 //! per site are the analysis's counts), claims each storage for its oldest live record
@@ -53,6 +59,7 @@
 //! [`Analysis`] and to the event log alike (without a log, the same summary goes to the
 //! analysis directly: [`Analysis::note_iteration_end`]).
 
+mod generations;
 mod holders;
 mod ingest;
 mod local;
@@ -181,6 +188,11 @@ struct Record {
     device: DeviceId,
     /// It had an autograd op when tagged (ops never change afterwards).
     has_graph: bool,
+    /// The tensor's creation serial, cut to 32 bits (picks its shard when old).
+    serial: u32,
+    /// It owns its storage, as of the walk that turned it old (generational mode:
+    /// [`generations`]); true until then.
+    owns: bool,
 }
 
 impl Record {
@@ -200,6 +212,8 @@ impl Record {
             session: p.session,
             device: view.device,
             has_graph: view.has_graph,
+            serial: p.serial,
+            owns: true,
         }
     }
 
@@ -224,6 +238,12 @@ struct State {
     log_error: bool,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
+    /// The old records and the aggregates of the generational mode (more than
+    /// `exact_max` live records); `None`: every record is in `records`.
+    gens: Option<generations::Generations>,
+    /// Live records above which inner iteration ends sweep partially
+    /// (`TENSOR_LIFETIME_EXACT_MAX`).
+    exact_max: usize,
 }
 
 /// The process-wide tracker.
@@ -257,6 +277,7 @@ impl Tracker {
     fn new(config: Config) -> Tracker {
         let start = Instant::now();
         let log = output::open_log(&config);
+        let exact_max = config.exact_max;
         monitor::configure(config.memory_every);
         Tracker {
             timed: log.is_some(),
@@ -275,6 +296,8 @@ impl Tracker {
                 log,
                 log_error: false,
                 scratch: Scratch::default(),
+                gens: None,
+                exact_max,
             }),
             buffers: Registry::new(),
             next_frame: AtomicU64::new(1),

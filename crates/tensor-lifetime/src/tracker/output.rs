@@ -134,7 +134,7 @@ impl Tracker {
         self.drain(&mut st);
         let t_ns = self.now_ns();
         let log = st.log.is_some();
-        let sweep = st.sweep(None, t_ns, log);
+        let sweep = st.sweep(None, t_ns, log, true);
         (st, sweep)
     }
 
@@ -152,8 +152,7 @@ impl Tracker {
     pub(crate) fn live(&self, session: Option<u64>) -> Vec<LiveTensor> {
         let (st, _) = self.settled();
         let mut out: Vec<LiveTensor> = st
-            .records
-            .values()
+            .all_records()
             .filter(|r| session.is_none_or(|s| u64::from(r.session) == s))
             .map(|r| LiveTensor {
                 site: st.site(r.site),
@@ -175,7 +174,7 @@ impl Tracker {
         let (st, _) = self.settled();
         // Births are the analysis's count; the dropped are the births not alive now.
         let mut live = vec![0u64; st.sites.len()];
-        for r in st.records.values() {
+        for r in st.all_records() {
             live[r.site as usize - 1] += 1;
         }
         let mut v: Vec<_> = st

@@ -2,7 +2,37 @@
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
 //! once per storage), tallies bytes per device, and collects the survivors of the ending
 //! frame for [`super::holders`] to summarize by site.
+//!
+//! # What an iteration end walks (issue 16)
+//!
+//! - **Exact walk** (every live record): while at most `TENSOR_LIFETIME_EXACT_MAX` (48)
+//!   records are alive; at the end of an *outermost* iteration (a loop with no enclosing
+//!   loop on its thread); at every query (`report`, `snapshot`, `site_totals`, leak
+//!   tests, `memory_stats`); at a loop's close (which walks every record anyway to hand
+//!   its survivors to the enclosing iteration).
+//! - **Partial sweep** (an inner iteration end with more records alive,
+//!   [`super::generations`]): the *young* records (made since the latest sweep, and those
+//!   whose tensor had an autograd op) are walked and, but for the latter, turned *old*;
+//!   then one shard of at most 28 old records, round robin. The cost is what changed
+//!   since the last sweep plus a bounded amount, whatever is alive.
+//! - **Aggregates** stand in for the old records: per (frame, site) survivors, their
+//!   iterations, bytes and holders, and per device the bytes they own, added when a
+//!   record turns old, moved when a store is seen on it, taken when a walk finds it dead,
+//!   rebuilt from the records at every exact walk.
+//!
+//! Between two exact walks the summaries are those of an exact walk except for:
+//! an old record dead but not yet reached by the round robin still counts (survivors,
+//! bytes, device bytes and their peak) for up to (old records / 28) inner iteration ends;
+//! a storage shared between an old record and a record made after the latest exact walk
+//! is counted for both (only sharing seen at that walk, or among records turned old
+//! together, is known), and when its owner dies its views do not take its bytes over
+//! until the next exact walk; an old record in a young survivor's autograd graph keeps
+//! its own holder (the graph's size is exact); refcounts are those read when a record
+//! turned old. Growth that these hide or add is settled at the next exact walk: a leak
+//! may be confirmed at the next enclosing iteration end, not later. Records whose tensor
+//! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
+use super::generations::Owner;
 use super::holders::summarize_survivors;
 use super::ingest::Pending;
 use super::{FastMap, Record, State};
@@ -15,7 +45,10 @@ pub(super) struct DeviceBytes {
     pub(super) live: u64,
     pub(super) peak: u64,
     /// Live bytes being counted by a sweep.
-    tally: u64,
+    pub(super) tally: u64,
+    /// Generational mode: the bytes the old records own, kept as they change (see
+    /// [`super::generations`]).
+    pub(super) old: u64,
 }
 
 /// A survivor of the ending frame, with what its summary reads of its record.
@@ -33,6 +66,24 @@ pub(super) struct Survivor {
     pub(super) has_graph: bool,
 }
 
+impl Survivor {
+    #[inline]
+    pub(super) fn of(key: usize, r: &Record, refcount: usize) -> Survivor {
+        Survivor {
+            key,
+            site: r.site,
+            iteration: r.iteration,
+            id: r.id,
+            storage: r.storage,
+            storage_bytes: r.storage_bytes,
+            view_bytes: r.view_bytes,
+            store: r.store,
+            refcount: refcount.min(u32::MAX as usize) as u32,
+            has_graph: r.has_graph,
+        }
+    }
+}
+
 /// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
 /// iteration ends so that a steady loop allocates nothing there. Each is given back when
 /// it grew large ([`trim_vec`]), so steady-state memory stays the records alone.
@@ -48,6 +99,11 @@ pub(super) struct Scratch {
     pub(super) holders: Vec<(HolderSpec, u64)>,
     /// The sweep's per-site summaries (the `sites` of its `iteration_end` event).
     pub(super) sites: Vec<SiteSweep>,
+    /// Partial sweeps: young records turning old, the storages they claim, and the
+    /// summaries merged with the aggregates.
+    pub(super) promote: Vec<(usize, Record)>,
+    pub(super) storages: FastMap<usize, Owner>,
+    pub(super) merged: Vec<SiteSweep>,
 }
 
 impl Scratch {
@@ -59,7 +115,7 @@ impl Scratch {
     }
 
     /// At the end of a sweep (its summaries, `sites`, are trimmed once used).
-    fn trim_sweep(&mut self) {
+    pub(super) fn trim_sweep(&mut self) {
         trim_vec(&mut self.dead);
         trim_vec(&mut self.survivors);
         trim_vec(&mut self.holders);
@@ -72,12 +128,20 @@ pub(super) fn trim_vec<T>(v: &mut Vec<T>) {
     }
 }
 
+pub(super) fn trim_map<K, V>(m: &mut FastMap<K, V>) {
+    if m.capacity() > Scratch::KEEP {
+        *m = FastMap::default();
+    }
+}
+
 /// A live storage's claim: its bytes count once, for its owner (the oldest live record
 /// using it).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Claim {
     pub(super) owner: u64,
     pub(super) owner_site: u32,
+    /// More than one live record uses the storage.
+    pub(super) shared: bool,
     bytes: u64,
     device: DeviceId,
 }
@@ -87,6 +151,7 @@ impl Claim {
         Claim {
             owner: r.id,
             owner_site: r.site,
+            shared: false,
             bytes: r.storage_bytes,
             device: r.device,
         }
@@ -105,13 +170,19 @@ impl State {
     /// the bitmap of their storages had a collision.
     #[inline(never)]
     fn claim_storages(&mut self) -> u64 {
+        self.build_claims();
+        self.tally_claims()
+    }
+
+    /// The claims table of every live record.
+    pub(super) fn build_claims(&mut self) {
         let claims = &mut self.claims;
         claims.clear();
         claims.reserve(self.records.len());
-        for r in self.records.values() {
+        let old = self.gens.iter().flat_map(|g| g.old.values());
+        for r in self.records.values().chain(old) {
             claim(claims, r);
         }
-        self.tally_claims()
     }
 
     /// Counts the bytes of the claims per device (their `tally`); returns their total.
@@ -129,6 +200,32 @@ impl State {
         live_bytes
     }
 
+    /// The sweep of an iteration end of `frame` (`None`: a query's), or of a loop's
+    /// close: exact (every record walked) while few records are alive, when `full`, or
+    /// for a query; otherwise partial (see the module docs).
+    pub(super) fn sweep(
+        &mut self,
+        frame: Option<u64>,
+        t_ns: u64,
+        log: bool,
+        full: bool,
+    ) -> SweepResult {
+        if let (Some(_), Some(frame), false) = (&self.gens, frame, full) {
+            return self.partial_sweep(frame, t_ns, log);
+        }
+        let (result, claimed) = self.exact_sweep(frame, t_ns, log);
+        if self.gens.is_some() || self.records.len() > self.exact_max {
+            if !claimed {
+                self.build_claims();
+            }
+            self.rebuild_generations();
+        }
+        // The claims table is rebuilt when needed; its capacity is kept for typical loops
+        // and given back when large, so steady-state memory is the records alone.
+        trim_map(&mut self.claims);
+        result
+    }
+
     /// Walks the records once: drops the dead, claims each live storage for its oldest
     /// record (bytes counted once per storage), and summarizes the survivors of `frame`
     /// by site.
@@ -136,7 +233,9 @@ impl State {
     /// Storage claims are rebuilt at every sweep that needs them rather than kept
     /// incrementally: a storage's address is reused by the allocator as soon as it is
     /// freed, so only the storages of records alive now identify storages reliably.
-    pub(super) fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
+    /// Also returns whether the claims table now holds every live storage.
+    fn exact_sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> (SweepResult, bool) {
+        let total = self.live_len();
         let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
         scratch.dead.clear();
         scratch.survivors.clear();
@@ -145,14 +244,14 @@ impl State {
         // hashed addresses shows it during the walk, each record then owns its storage,
         // and the claims table is built only when the bitmap has a collision. Many
         // records build it in the walk (one pass over them).
-        let few = records.len() <= StorageBits::MAX;
+        let few = total <= StorageBits::MAX;
         let mut distinct = few.then(StorageBits::default);
         let mut claims = if few {
             None
         } else {
             let c = &mut self.claims;
             c.clear();
-            c.reserve(records.len());
+            c.reserve(total);
             Some(c)
         };
         // Records come mostly from one device: its entry is looked up once per run of it.
@@ -160,7 +259,7 @@ impl State {
         // One pass: the dead are removed in place (no second lookup), counted, and their
         // ids kept for the log's events.
         let mut dropped = 0;
-        records.retain(|key, r| {
+        let mut visit = |key: &usize, r: &mut Record| {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
                 dropped += 1;
@@ -170,18 +269,7 @@ impl State {
                 return false;
             }
             if Some(r.frame()) == frame {
-                scratch.survivors.push(Survivor {
-                    key: *key,
-                    site: r.site,
-                    iteration: r.iteration,
-                    id: r.id,
-                    storage: r.storage,
-                    storage_bytes: r.storage_bytes,
-                    view_bytes: r.view_bytes,
-                    store: r.store,
-                    refcount: refcount.min(u32::MAX as usize) as u32,
-                    has_graph: r.has_graph,
-                });
+                scratch.survivors.push(Survivor::of(*key, r, refcount));
             }
             if let Some(c) = claims.as_deref_mut() {
                 claim(c, r);
@@ -195,19 +283,12 @@ impl State {
                 }
             }
             true
-        });
-        if log {
-            // The events count the drops in the analysis.
-            let mut dead = std::mem::take(&mut scratch.dead);
-            for id in dead.drain(..) {
-                self.emit(Event::Dropped { t_ns, tensor: id });
-            }
-            self.scratch.dead = dead;
-        } else {
-            for _ in 0..dropped {
-                self.analysis.note_dropped();
-            }
+        };
+        records.retain(&mut visit);
+        if let Some(gens) = self.gens.as_mut() {
+            gens.old.retain_all(&mut visit);
         }
+        self.note_drops(dropped, t_ns, log);
         let shared = !few || distinct.is_none();
         if !few {
             live_bytes = self.tally_claims();
@@ -224,14 +305,27 @@ impl State {
             shared.then_some(&self.claims),
         );
         self.scratch.trim_sweep();
-        // The claims table is rebuilt when needed; its capacity is kept for typical loops
-        // and given back when large, so steady-state memory is the records alone.
-        if self.claims.capacity() > Scratch::KEEP {
-            self.claims = FastMap::default();
-        }
-        SweepResult {
-            live_tensors: self.records.len() as u64,
+        let result = SweepResult {
+            live_tensors: self.live_len() as u64,
             live_bytes,
+        };
+        (result, shared)
+    }
+
+    /// Counts `dropped` records found dead (with a log, as events of the ids in
+    /// `scratch.dead`).
+    pub(super) fn note_drops(&mut self, dropped: u64, t_ns: u64, log: bool) {
+        if log {
+            // The events count the drops in the analysis.
+            let mut dead = std::mem::take(&mut self.scratch.dead);
+            for id in dead.drain(..) {
+                self.emit(Event::Dropped { t_ns, tensor: id });
+            }
+            self.scratch.dead = dead;
+        } else {
+            for _ in 0..dropped {
+                self.analysis.note_dropped();
+            }
         }
     }
 }
@@ -245,6 +339,7 @@ fn claim(claims: &mut FastMap<usize, Claim>, r: &Record) {
             if r.id < c.owner {
                 *c = Claim::of(r);
             }
+            c.shared = true;
         })
         .or_insert_with(|| Claim::of(r));
 }
@@ -287,7 +382,7 @@ fn cached_device_index(
 }
 
 /// The index of `device` in `devices`, added in device order when first seen.
-fn device_index(devices: &mut Vec<(DeviceId, DeviceBytes)>, device: DeviceId) -> usize {
+pub(super) fn device_index(devices: &mut Vec<(DeviceId, DeviceBytes)>, device: DeviceId) -> usize {
     match devices.iter().position(|(d, _)| *d >= device) {
         Some(i) if devices[i].0 == device => i,
         Some(i) => {

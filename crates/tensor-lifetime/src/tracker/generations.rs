@@ -1,0 +1,634 @@
+//! Generations: what keeps an inner iteration end's cost bounded when many records are
+//! alive (issue 16; the rule is in [`super::sweep`]'s module docs).
+//!
+//! Above `TENSOR_LIFETIME_EXACT_MAX` (48) live records the registry is split in two. The *young* records
+//! (`State::records`: made since the latest sweep, and every record whose tensor had an
+//! autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in shards of
+//! at most [`SHARD_MAX`] records, and a partial sweep walks one shard of them, round
+//! robin. What the summaries need of the old records is kept in running aggregates
+//! ([`Aggregates`]: per (frame, site) survivors, their iterations, bytes and holders;
+//! per device, the bytes they own), added to when a record turns old and taken from when
+//! a walk finds it dead. A full walk rebuilds all of it from the records.
+
+use super::sweep::{device_index, Claim, DeviceBytes, Scratch, SweepResult};
+use super::{FastMap, Record, State};
+use std::collections::VecDeque;
+use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
+
+/// Old records per shard before the shards are split (a power-of-two table of 32
+/// buckets holds 28): a partial sweep walks one shard, 14 to 28 records.
+const SHARD_MAX: usize = 28;
+
+/// The old records, in shards chosen by the top bits of a hash of their tensor's creation
+/// serial (not of its address: which records a partial sweep walks together is then the
+/// same in every run of a program, with or without an event log).
+#[derive(Default)]
+pub(super) struct Old {
+    shards: Vec<FastMap<usize, Record>>,
+    bits: u32,
+    len: usize,
+    cursor: usize,
+}
+
+impl Old {
+    #[inline]
+    fn shard_of(serial: u32, bits: u32) -> usize {
+        if bits == 0 {
+            return 0;
+        }
+        (u64::from(serial).wrapping_mul(0xD6E8_FEB8_6659_FD93) >> (64 - bits)) as usize
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn get_mut(&mut self, key: usize, serial: u32) -> Option<&mut Record> {
+        let i = Old::shard_of(serial, self.bits);
+        self.shards.get_mut(i)?.get_mut(&key)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &Record> {
+        self.shards.iter().flat_map(|s| s.values())
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Record> {
+        self.shards.iter_mut().flat_map(|s| s.values_mut())
+    }
+
+    /// Keeps the records for which `f` is true, in every shard.
+    pub(super) fn retain_all(&mut self, f: &mut impl FnMut(&usize, &mut Record) -> bool) {
+        for s in &mut self.shards {
+            s.retain(|k, r| f(k, r));
+        }
+        self.len = self.shards.iter().map(|s| s.len()).sum();
+    }
+
+    fn insert(&mut self, key: usize, r: Record) {
+        if self.shards.is_empty() {
+            self.shards.push(FastMap::default());
+        }
+        let i = Old::shard_of(r.serial, self.bits);
+        self.shards[i].insert(key, r);
+        self.len += 1;
+        if self.len > SHARD_MAX << self.bits {
+            self.split();
+        }
+    }
+
+    /// Doubles the shards: shard `i` becomes `2i` and `2i + 1` (one more top bit).
+    #[cold]
+    fn split(&mut self) {
+        let bits = self.bits + 1;
+        let old = std::mem::take(&mut self.shards);
+        let per = (self.len >> bits) + 1;
+        let mut shards: Vec<FastMap<usize, Record>> = Vec::with_capacity(old.len() * 2);
+        for shard in old {
+            let (mut lo, mut hi) = (
+                FastMap::with_capacity_and_hasher(per, Default::default()),
+                FastMap::with_capacity_and_hasher(per, Default::default()),
+            );
+            for (key, r) in shard {
+                if Old::shard_of(r.serial, bits) & 1 == 0 {
+                    lo.insert(key, r);
+                } else {
+                    hi.insert(key, r);
+                }
+            }
+            shards.push(lo);
+            shards.push(hi);
+        }
+        self.shards = shards;
+        self.bits = bits;
+        self.cursor = (self.cursor * 2) % self.shards.len();
+    }
+
+    /// Every record, shard by shard (the shards are given back).
+    fn drain_all(&mut self) -> impl Iterator<Item = (usize, Record)> {
+        self.len = 0;
+        self.bits = 0;
+        self.cursor = 0;
+        std::mem::take(&mut self.shards).into_iter().flatten()
+    }
+}
+
+/// The owner of a storage that more than one record uses, as of the latest full walk (or
+/// found among the records turned old together since).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Owner {
+    id: u64,
+    site: u32,
+}
+
+/// The survivors of one (frame, site) among the old records.
+#[derive(Debug, Default)]
+pub(super) struct SiteAgg {
+    survivors: u64,
+    /// (iteration, survivors born in it), by iteration; the first and last are non-zero.
+    iterations: VecDeque<(u32, u32)>,
+    /// Entries of `iterations` with a non-zero count.
+    distinct: u64,
+    bytes: u64,
+    view_bytes: u64,
+    view_storage_bytes: u64,
+    /// The largest strong count read when its records turned old (or at the latest full
+    /// walk): shown, not judged.
+    refcount: u64,
+    holders: Vec<(HolderSpec, u64)>,
+}
+
+impl SiteAgg {
+    fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
+        self.survivors += 1;
+        let its = &mut self.iterations;
+        let i = match its.back() {
+            Some(last) if last.0 == r.iteration => its.len() - 1,
+            Some(last) if last.0 > r.iteration => {
+                match its.binary_search_by_key(&r.iteration, |e| e.0) {
+                    Ok(i) => i,
+                    Err(i) => {
+                        its.insert(i, (r.iteration, 0));
+                        i
+                    }
+                }
+            }
+            _ => {
+                its.push_back((r.iteration, 0));
+                its.len() - 1
+            }
+        };
+        its[i].1 += 1;
+        if its[i].1 == 1 {
+            self.distinct += 1;
+        }
+        if r.owns {
+            self.bytes += r.storage_bytes;
+            if r.storage_bytes > r.view_bytes {
+                self.view_bytes += r.view_bytes;
+                self.view_storage_bytes += r.storage_bytes;
+            }
+        }
+        self.refcount = self.refcount.max(refcount);
+        match self.holders.iter_mut().find(|(h, _)| *h == holder) {
+            Some((_, n)) => *n += 1,
+            None => self.holders.push((holder, 1)),
+        }
+    }
+
+    fn remove(&mut self, r: &Record, holder: HolderSpec) {
+        self.survivors = self.survivors.saturating_sub(1);
+        let its = &mut self.iterations;
+        if let Ok(i) = its.binary_search_by_key(&r.iteration, |e| e.0) {
+            its[i].1 -= 1;
+            if its[i].1 == 0 {
+                self.distinct -= 1;
+                while its.front().is_some_and(|e| e.1 == 0) {
+                    its.pop_front();
+                }
+                while its.back().is_some_and(|e| e.1 == 0) {
+                    its.pop_back();
+                }
+                // Zeros in the middle are dropped when they are half the entries.
+                if its.len() as u64 > 2 * self.distinct + 8 {
+                    its.retain(|e| e.1 > 0);
+                }
+            }
+        }
+        if r.owns {
+            self.bytes = self.bytes.saturating_sub(r.storage_bytes);
+            if r.storage_bytes > r.view_bytes {
+                self.view_bytes = self.view_bytes.saturating_sub(r.view_bytes);
+                self.view_storage_bytes = self.view_storage_bytes.saturating_sub(r.storage_bytes);
+            }
+        }
+        if let Some(i) = self.holders.iter().position(|(h, _)| *h == holder) {
+            self.holders[i].1 -= 1;
+            if self.holders[i].1 == 0 {
+                self.holders.swap_remove(i);
+            }
+        }
+    }
+
+    /// Moves one survivor from holder `from` to `to` (a store seen on an old record).
+    fn move_holder(&mut self, from: HolderSpec, to: HolderSpec) {
+        if let Some(i) = self.holders.iter().position(|(h, _)| *h == from) {
+            self.holders[i].1 -= 1;
+            if self.holders[i].1 == 0 {
+                self.holders.swap_remove(i);
+            }
+        }
+        match self.holders.iter_mut().find(|(h, _)| *h == to) {
+            Some((_, n)) => *n += 1,
+            None => self.holders.push((to, 1)),
+        }
+    }
+
+    /// The summary of these survivors (holders not yet chosen: [`finish`]).
+    fn summary(&self, site: u32) -> SiteSweep {
+        SiteSweep {
+            site,
+            survivors: self.survivors,
+            bytes: self.bytes,
+            iterations: self.distinct,
+            first_iteration: self.iterations.front().map_or(0, |e| u64::from(e.0)),
+            last_iteration: self.iterations.back().map_or(0, |e| u64::from(e.0)),
+            refcount: self.refcount,
+            view_bytes: self.view_bytes,
+            view_storage_bytes: self.view_storage_bytes,
+            ..SiteSweep::default()
+        }
+    }
+
+    fn has_iteration(&self, iteration: u32) -> bool {
+        self.iterations
+            .binary_search_by_key(&iteration, |e| e.0)
+            .is_ok_and(|i| self.iterations[i].1 > 0)
+    }
+}
+
+/// What the sweeps count of the old records, kept as they change: per frame, its sites'
+/// survivors (sorted by site); per device, the bytes the old records own (in
+/// [`DeviceBytes`]). A count by another key (a role of the bytes) goes beside these,
+/// added and taken in [`Generations::count`].
+#[derive(Default)]
+pub(super) struct Aggregates {
+    frames: FastMap<u32, Vec<(u32, SiteAgg)>>,
+}
+
+impl Aggregates {
+    fn site_mut(&mut self, frame: u32, site: u32) -> &mut SiteAgg {
+        let v = self.frames.entry(frame).or_default();
+        let i = match v.binary_search_by_key(&site, |e| e.0) {
+            Ok(i) => i,
+            Err(i) => {
+                v.insert(i, (site, SiteAgg::default()));
+                i
+            }
+        };
+        &mut v[i].1
+    }
+}
+
+/// The generational registry's parts beside the young records (`State::records`).
+#[derive(Default)]
+pub(super) struct Generations {
+    pub(super) old: Old,
+    aggs: Aggregates,
+    /// Storages of more than one record, by address: their owners.
+    shared: FastMap<usize, Owner>,
+}
+
+impl Generations {
+    /// `r`'s holder as its aggregate counts it (stores first; a view of a storage
+    /// another record owns; else unknown).
+    fn holder(&self, r: &Record) -> HolderSpec {
+        holder_of(&self.shared, r)
+    }
+
+    /// Adds (`sign` true) or takes (`false`) old record `r` from the aggregates: its
+    /// (frame, site) survivors and the bytes it owns on its device.
+    fn count(
+        &mut self,
+        devices: &mut Vec<(super::DeviceId, DeviceBytes)>,
+        r: &Record,
+        add: bool,
+        refcount: u64,
+    ) {
+        if r.owns {
+            let d = device_index(devices, r.device);
+            let old = &mut devices[d].1.old;
+            *old = if add {
+                *old + r.storage_bytes
+            } else {
+                old.saturating_sub(r.storage_bytes)
+            };
+        }
+        if r.frame == 0 {
+            return;
+        }
+        let holder = self.holder(r);
+        let agg = self.aggs.site_mut(r.frame, r.site);
+        if add {
+            agg.add(r, holder, refcount);
+        } else {
+            agg.remove(r, holder);
+        }
+    }
+}
+
+impl State {
+    /// Live records now (young and old).
+    pub(super) fn live_len(&self) -> usize {
+        self.records.len() + self.gens.as_ref().map_or(0, |g| g.old.len())
+    }
+
+    /// Every live record (young, then old).
+    pub(super) fn all_records(&self) -> impl Iterator<Item = &Record> {
+        let old = self.gens.as_ref().into_iter().flat_map(|g| g.old.values());
+        self.records.values().chain(old)
+    }
+
+    /// A store seen on old record `key`: its latest store site becomes `site`, and its
+    /// aggregate's holders follow. Returns the record's id.
+    pub(super) fn store_on_old(&mut self, key: usize, serial: u32, site: u32) -> Option<u64> {
+        let gens = self.gens.as_mut()?;
+        let r = gens.old.get_mut(key, serial)?;
+        let (id, frame, rsite) = (r.id, r.frame, r.site);
+        if r.store == site {
+            return Some(id);
+        }
+        let from = holder_of(&gens.shared, r);
+        r.store = site;
+        if frame != 0 {
+            let to = HolderSpec::Store { site };
+            gens.aggs.site_mut(frame, rsite).move_holder(from, to);
+        }
+        Some(id)
+    }
+
+    /// The site and id of old record `key`, if it is one.
+    pub(super) fn old_record(&mut self, key: usize, serial: u32) -> Option<(u32, u64)> {
+        let r = self.gens.as_mut()?.old.get_mut(key, serial)?;
+        Some((r.site, r.id))
+    }
+
+    /// After an exact walk that built the claims table for every live record (more than
+    /// `State::exact_max` of them), or after a full walk in generational mode: every record
+    /// without an autograd op turns old, and the aggregates are rebuilt from the records.
+    /// A full walk that found few records goes back to exact sweeps.
+    pub(super) fn rebuild_generations(&mut self) {
+        let total = self.live_len();
+        // A full walk that finds half the threshold or fewer goes back to exact sweeps.
+        if total <= self.exact_max / 2 {
+            if let Some(mut gens) = self.gens.take() {
+                self.records.reserve(gens.old.len());
+                for (key, r) in gens.old.drain_all() {
+                    self.records.insert(key, r);
+                }
+            }
+            return;
+        }
+        let gens = self.gens.get_or_insert_with(Generations::default);
+        gens.aggs.frames.clear();
+        gens.shared.clear();
+        for (storage, c) in self.claims.iter().filter(|(_, c)| c.shared) {
+            gens.shared.insert(
+                *storage,
+                Owner {
+                    id: c.owner,
+                    site: c.owner_site,
+                },
+            );
+        }
+        for (_, d) in &mut self.devices {
+            d.old = 0;
+        }
+        let owns = |claims: &FastMap<usize, Claim>, r: &Record| {
+            claims.get(&r.storage).is_none_or(|c| c.owner == r.id)
+        };
+        for r in self.records.values_mut() {
+            r.owns = owns(&self.claims, r);
+        }
+        // Those with an autograd op stay young (their graphs are walked at every sweep).
+        let mut stay = std::mem::take(&mut self.scratch.promote);
+        for (key, r) in self.records.drain() {
+            if r.has_graph {
+                stay.push((key, r));
+            } else {
+                gens.old.insert(key, r);
+            }
+        }
+        self.records.extend(stay.drain(..));
+        self.scratch.promote = stay;
+        super::sweep::trim_vec(&mut self.scratch.promote);
+        let mut old = std::mem::take(&mut gens.old);
+        for r in old.values_mut() {
+            r.owns = owns(&self.claims, r);
+            let refcount = r.weak.strong_count() as u64;
+            gens.count(&mut self.devices, r, true, refcount);
+        }
+        gens.old = old;
+        if self.records.capacity() > Scratch::KEEP {
+            self.records.shrink_to_fit();
+        }
+    }
+
+    /// A partial sweep (generational mode, an inner iteration end of `frame`): the young
+    /// records are walked (the dead removed, the rest but those with an autograd op
+    /// turned old), then one shard of the old ones; the survivors of `frame` are summed
+    /// up from the aggregates and the young records.
+    pub(super) fn partial_sweep(&mut self, frame: u64, t_ns: u64, log: bool) -> SweepResult {
+        let State {
+            records,
+            scratch,
+            devices,
+            gens,
+            ..
+        } = self;
+        let gens = gens.as_mut().expect("generational mode");
+        scratch.dead.clear();
+        scratch.survivors.clear();
+        let mut promote = std::mem::take(&mut scratch.promote);
+        promote.clear();
+        let mut dropped = 0u64;
+        for (key, r) in records.drain() {
+            if r.weak.strong_count() == 0 {
+                dropped += 1;
+                if log {
+                    scratch.dead.push(r.id);
+                }
+            } else {
+                promote.push((key, r));
+            }
+        }
+        // Those with an autograd op stay young (their graphs are walked at every sweep).
+        let mut i = 0;
+        while i < promote.len() {
+            if promote[i].1.has_graph {
+                let (key, r) = promote.swap_remove(i);
+                records.insert(key, r);
+            } else {
+                i += 1;
+            }
+        }
+        // The young records that stay (autograd ops): walked, summarized exactly.
+        for (_, d) in devices.iter_mut() {
+            d.tally = 0;
+        }
+        for (key, r) in records.iter_mut() {
+            let refcount = r.weak.strong_count();
+            r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
+            if r.owns {
+                let d = device_index(devices, r.device);
+                devices[d].1.tally += r.storage_bytes;
+            }
+            if Some(r.frame()) == Some(frame) {
+                scratch
+                    .survivors
+                    .push(super::sweep::Survivor::of(*key, r, refcount));
+            }
+        }
+        // Turned old: a storage shared with an older record turned old with it (or known
+        // shared at the latest full walk) is that record's; otherwise the record owns it.
+        if promote.len() > 1 {
+            promote.sort_unstable_by_key(|(_, r)| r.id);
+            let firsts = &mut scratch.storages;
+            firsts.clear();
+            for (_, r) in promote.iter_mut() {
+                match firsts.get(&r.storage) {
+                    Some(owner) if !gens.shared.contains_key(&r.storage) => {
+                        gens.shared.insert(r.storage, *owner);
+                    }
+                    Some(_) => {}
+                    None => {
+                        firsts.insert(
+                            r.storage,
+                            Owner {
+                                id: r.id,
+                                site: r.site,
+                            },
+                        );
+                    }
+                }
+            }
+            super::sweep::trim_map(firsts);
+        }
+        for (key, mut r) in promote.drain(..) {
+            r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
+            let refcount = r.weak.strong_count() as u64;
+            gens.count(devices, &r, true, refcount);
+            gens.old.insert(key, r);
+        }
+        scratch.promote = promote;
+        super::sweep::trim_vec(&mut scratch.promote);
+        // One shard of the old records, round robin.
+        let n = gens.old.shards.len();
+        if n > 0 {
+            let i = gens.old.cursor % n;
+            gens.old.cursor = (i + 1) % n;
+            let mut shard = std::mem::take(&mut gens.old.shards[i]);
+            let before = shard.len();
+            shard.retain(|_, r| {
+                let refcount = r.weak.strong_count();
+                if refcount == 0 {
+                    dropped += 1;
+                    if log {
+                        scratch.dead.push(r.id);
+                    }
+                    gens.count(devices, r, false, 0);
+                    return false;
+                }
+                true
+            });
+            gens.old.len -= before - shard.len();
+            gens.old.shards[i] = shard;
+        }
+        let mut live_bytes = 0;
+        for (_, d) in devices.iter_mut() {
+            d.live = d.old + std::mem::take(&mut d.tally);
+            d.peak = d.peak.max(d.live);
+            live_bytes += d.live;
+        }
+        self.note_drops(dropped, t_ns, log);
+        super::holders::summarize_survivors(&self.records, &mut self.scratch, None);
+        self.merge_aggregates(frame as u32);
+        self.scratch.trim_sweep();
+        SweepResult {
+            live_tensors: self.live_len() as u64,
+            live_bytes,
+        }
+    }
+
+    /// Adds the aggregates of `frame`'s old survivors to the summaries of its young ones
+    /// (`scratch.sites`, from the sorted `scratch.survivors`).
+    fn merge_aggregates(&mut self, frame: u32) {
+        let Some(gens) = self.gens.as_ref() else {
+            return;
+        };
+        let Some(aggs) = gens.aggs.frames.get(&frame) else {
+            return;
+        };
+        let Scratch {
+            sites,
+            survivors,
+            holders,
+            merged,
+            ..
+        } = &mut self.scratch;
+        merged.clear();
+        let (mut i, mut j) = (0, 0);
+        while i < aggs.len() || j < sites.len() {
+            let agg = aggs.get(i).filter(|a| a.1.survivors > 0);
+            if aggs.get(i).is_some_and(|a| a.1.survivors == 0) {
+                i += 1;
+                continue;
+            }
+            let young = sites.get(j);
+            let take_agg = match (agg, young) {
+                (Some(a), Some(y)) => a.0 <= y.site,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            let both = matches!((agg, young), (Some(a), Some(y)) if a.0 == y.site);
+            if !take_agg {
+                merged.push(std::mem::take(&mut sites[j]));
+                j += 1;
+                continue;
+            }
+            let (site, a) = (agg.unwrap().0, &agg.unwrap().1);
+            let mut s = a.summary(site);
+            holders.clear();
+            holders.extend_from_slice(&a.holders);
+            if both {
+                let y = std::mem::take(&mut sites[j]);
+                j += 1;
+                // Distinct iterations: the young survivors' that the old ones lack.
+                let mut last = None;
+                let mut extra = 0;
+                for v in survivors.iter().filter(|v| v.site == site) {
+                    if last != Some(v.iteration) {
+                        last = Some(v.iteration);
+                        if !a.has_iteration(v.iteration) {
+                            extra += 1;
+                        }
+                    }
+                }
+                s.survivors += y.survivors;
+                s.iterations += extra;
+                s.first_iteration = s.first_iteration.min(y.first_iteration);
+                s.last_iteration = s.last_iteration.max(y.last_iteration);
+                s.bytes += y.bytes;
+                s.view_bytes += y.view_bytes;
+                s.view_storage_bytes += y.view_storage_bytes;
+                s.refcount = s.refcount.max(y.refcount);
+                s.graph_tensors = y.graph_tensors;
+                s.graph_bytes = y.graph_bytes;
+                for h in &y.holders {
+                    match holders.iter_mut().find(|(x, _)| *x == h.holder) {
+                        Some((_, n)) => *n += h.count,
+                        None => holders.push((h.holder, h.count)),
+                    }
+                }
+            }
+            i += 1;
+            super::holders::finish_holders(&mut s, holders);
+            merged.push(s);
+        }
+        std::mem::swap(sites, merged);
+        super::sweep::trim_vec(merged);
+    }
+}
+
+/// `r`'s holder as its aggregate counts it: its latest store; else, when another record
+/// owns its storage, a view of that record's; else unknown.
+fn holder_of(shared: &FastMap<usize, Owner>, r: &Record) -> HolderSpec {
+    if r.store != 0 {
+        HolderSpec::Store { site: r.store }
+    } else if !r.owns {
+        HolderSpec::View {
+            site: shared.get(&r.storage).map_or(0, |o| o.site),
+        }
+    } else {
+        HolderSpec::Unknown
+    }
+}
