@@ -438,6 +438,8 @@ impl MergedReport {
                 .max()
                 .unwrap_or(0),
             memory: BTreeMap::new(),
+            memory_by_role: crate::roles::MemoryByRole::default(),
+            post_mortem: None,
         }
     }
 
@@ -535,6 +537,8 @@ mod tests {
             peak_live_bytes: 0,
             sites_seen: 0,
             memory: BTreeMap::new(),
+            memory_by_role: crate::roles::MemoryByRole::default(),
+            post_mortem: None,
         };
         c.finish(format!("rank-{rank}.jsonl"), report)
     }

@@ -273,7 +273,10 @@ impl TimelineBuilder {
             self.time(t_ns);
         }
         match event {
-            Event::Header { .. } | Event::Alias { .. } => {}
+            Event::Header { .. }
+            | Event::Alias { .. }
+            | Event::CallPath { .. }
+            | Event::PostMortem { .. } => {}
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
             }

@@ -40,10 +40,12 @@ use syn::{
 
 mod containers;
 mod instrument;
+mod origin;
 mod syntax;
 
 use containers::*;
 use instrument::*;
+use origin::*;
 use syntax::*;
 
 /// `#[track]`: instruments a function or every method of an impl block.
@@ -83,6 +85,7 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
         }
         Item::Impl(imp) => {
             let self_name = type_name(&imp.self_ty);
+            let optimizer = is_optimizer_impl(imp);
             // `self.buffer.pop_front()` in one method bounds `self.buffer.push_back(..)`
             // in another.
             let shared = Evictions::of_self(imp.items.iter().filter_map(|i| match i {
@@ -98,7 +101,14 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
                         Some(ty) => format!("{ty}::{}", f.sig.ident),
                         None => f.sig.ident.to_string(),
                     };
-                    instrument_fn(name, self_name.clone(), &shared, &f.sig, &mut f.block);
+                    instrument_method(
+                        name,
+                        self_name.clone(),
+                        &shared,
+                        optimizer,
+                        &f.sig,
+                        &mut f.block,
+                    );
                 }
             }
         }
@@ -295,6 +305,19 @@ fn instrument_fn(
     sig: &syn::Signature,
     block: &mut Block,
 ) {
+    instrument_method(function, self_type, shared, false, sig, block);
+}
+
+/// [`instrument_fn`] for a method of an impl, `optimizer` when the impl is one of
+/// `Optimizer` (what it makes is `optimizer_state`; `origin.rs`).
+fn instrument_method(
+    function: String,
+    self_type: Option<String>,
+    shared: &Evictions,
+    optimizer: bool,
+    sig: &syn::Signature,
+    block: &mut Block,
+) {
     if sig.constness.is_some() {
         return;
     }
@@ -306,8 +329,11 @@ fn instrument_fn(
         self_type,
         evictions,
         returned: returned_locals(block),
+        optimizer,
+        args: fn_args(sig),
     };
     v.visit_block_mut(block);
+    wrap_body(&v.function, sig, block);
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ impl Analysis {
             peak_live_bytes: self.peak_live_bytes,
             sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
+            memory_by_role: self.memory_by_role,
+            post_mortem: self.post_mortem.clone(),
         }
     }
 
@@ -186,6 +188,19 @@ impl Analysis {
             view_bytes: last.view_bytes,
             view_storage_bytes: last.view_storage_bytes,
             held_sites,
+            role: last.role,
+            call_path: last
+                .call_paths
+                .first()
+                .map(|id| self.call_path(*id).to_vec())
+                .unwrap_or_default(),
+            other_call_paths: last
+                .call_paths
+                .iter()
+                .skip(1)
+                .map(|id| self.call_path(*id).to_vec())
+                .filter(|p| !p.is_empty())
+                .collect(),
             hint: match bound {
                 Some(bound) => bound.hint(),
                 None => kind.hint().to_string(),

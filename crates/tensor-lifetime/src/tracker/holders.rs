@@ -1,13 +1,14 @@
 //! Who holds the survivors: per site, the summary of a sweep's survivors (counts,
 //! bytes, refcounts, iterations) and their holders, as far as can be known: a store site
 //! seen by the macro, another survivor's autograd graph, a view of a storage another
-//! record owns, or unknown.
+//! record owns, or unknown; and the role and call paths of the survivors.
 
 use super::observe::Observed;
 use super::sweep::{Claim, Scratch, Survivor};
-use super::{FastMap, Record};
+use super::{roles, FastMap, Record};
 use crate::weak;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
+use tensor_lifetime_report::Role;
 
 pub(super) fn summarize_survivors(
     records: &FastMap<usize, Record>,
@@ -35,6 +36,7 @@ pub(super) fn summarize_survivors(
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
     holders.clear();
+    let mut origin = Origin::default();
     let mut used = 0;
     let mut last_iteration = None;
     for r in survivors.iter() {
@@ -42,6 +44,7 @@ pub(super) fn summarize_survivors(
         if used == 0 || out[used - 1].site != site {
             if used > 0 {
                 finish_holders(&mut out[used - 1], holders);
+                origin.finish(&mut out[used - 1]);
             }
             let graph = graphs
                 .as_ref()
@@ -53,18 +56,21 @@ pub(super) fn summarize_survivors(
             // A slot of an earlier sweep: its holders keep their allocation.
             let slot = &mut out[used];
             let kept = std::mem::take(&mut slot.holders);
+            let paths = std::mem::take(&mut slot.call_paths);
             *slot = SiteSweep {
                 site,
                 first_iteration: u64::from(iteration),
                 graph_tensors: graph.tensors,
                 graph_bytes: graph.bytes,
                 holders: kept,
+                call_paths: paths,
                 ..SiteSweep::default()
             };
             used += 1;
             last_iteration = None;
         }
         let a = &mut out[used - 1];
+        origin.add(r.role, r.path);
         a.survivors += 1;
         if last_iteration != Some(iteration) {
             a.iterations += 1;
@@ -100,8 +106,49 @@ pub(super) fn summarize_survivors(
     }
     if used > 0 {
         finish_holders(&mut out[used - 1], holders);
+        origin.finish(&mut out[used - 1]);
     }
     out.truncate(used);
+}
+
+/// The roles and call paths of one site's survivors, counted.
+#[derive(Default)]
+struct Origin {
+    roles: [u64; 7],
+    /// (path id, survivors); paths 0 (none) are not counted.
+    paths: Vec<(u32, u64)>,
+}
+
+impl Origin {
+    #[inline]
+    fn add(&mut self, role: u8, path: u32) {
+        self.roles[roles::role(role).index()] += 1;
+        if path != 0 {
+            match self.paths.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, n)) => *n += 1,
+                None => self.paths.push((path, 1)),
+            }
+        }
+    }
+
+    /// Puts the site's role (that of most survivors) and its paths (most first, up to 4)
+    /// in its summary, and starts over.
+    fn finish(&mut self, site: &mut SiteSweep) {
+        let (best, _) = self
+            .roles
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+            .unwrap_or((Role::Other.index(), &0));
+        site.role = Some(Role::from_index(best));
+        self.paths
+            .sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        site.call_paths.clear();
+        site.call_paths
+            .extend(self.paths.iter().take(4).map(|(p, _)| *p));
+        self.roles = [0; 7];
+        self.paths.clear();
+    }
 }
 
 /// The autograd graphs among a sweep's survivors.

@@ -1,7 +1,8 @@
 //! The sweep: at an iteration end (and before every query) one walk of the live records
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
-//! once per storage), tallies bytes per device, and collects the survivors of the ending
-//! frame for [`super::holders`] to summarize by site.
+//! once per storage), tallies bytes per device and per role ([`super::roles`]), and
+//! collects the survivors of the ending frame for [`super::holders`] to summarize by
+//! site.
 
 use super::holders::summarize_survivors;
 use super::ingest::Pending;
@@ -31,6 +32,8 @@ pub(super) struct Survivor {
     pub(super) store: u32,
     pub(super) refcount: u32,
     pub(super) has_graph: bool,
+    pub(super) role: u8,
+    pub(super) path: u32,
 }
 
 /// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
@@ -80,6 +83,7 @@ pub(super) struct Claim {
     pub(super) owner_site: u32,
     bytes: u64,
     device: DeviceId,
+    role: u8,
 }
 
 impl Claim {
@@ -89,6 +93,7 @@ impl Claim {
             owner_site: r.site,
             bytes: r.storage_bytes,
             device: r.device,
+            role: r.role,
         }
     }
 }
@@ -119,12 +124,14 @@ impl State {
         for (_, d) in &mut self.devices {
             d.tally = 0;
         }
+        self.roles.reset_bytes();
         let mut live_bytes = 0;
         let mut device = None;
         for c in self.claims.values() {
             live_bytes += c.bytes;
             let d = cached_device_index(&mut self.devices, &mut device, c.device);
             self.devices[d].1.tally += c.bytes;
+            self.roles.bytes(c.role, c.bytes);
         }
         live_bytes
     }
@@ -138,6 +145,7 @@ impl State {
     /// freed, so only the storages of records alive now identify storages reliably.
     pub(super) fn sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> SweepResult {
         let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
+        let roles = &mut self.roles;
         scratch.dead.clear();
         scratch.survivors.clear();
         let mut live_bytes = 0;
@@ -164,6 +172,7 @@ impl State {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
                 dropped += 1;
+                roles.dead(r.id, r.role, r.storage_bytes);
                 if log {
                     scratch.dead.push(r.id);
                 }
@@ -181,8 +190,11 @@ impl State {
                     store: r.store,
                     refcount: refcount.min(u32::MAX as usize) as u32,
                     has_graph: r.has_graph,
+                    role: r.role,
+                    path: r.path,
                 });
             }
+            roles.tensor(r.role);
             if let Some(c) = claims.as_deref_mut() {
                 claim(c, r);
             } else if let Some(bits) = distinct.as_mut() {
@@ -190,6 +202,7 @@ impl State {
                     live_bytes += r.storage_bytes;
                     let d = cached_device_index(devices, &mut device, r.device);
                     devices[d].1.tally += r.storage_bytes;
+                    roles.bytes(r.role, r.storage_bytes);
                 } else {
                     distinct = None;
                 }
@@ -218,6 +231,7 @@ impl State {
             d.live = std::mem::take(&mut d.tally);
             d.peak = d.peak.max(d.live);
         }
+        self.roles.finish_sweep();
         summarize_survivors(
             &self.records,
             &mut self.scratch,
