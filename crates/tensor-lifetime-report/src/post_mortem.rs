@@ -5,6 +5,7 @@
 //! The tracker fills it (`tensor_lifetime::post_mortem()`); this crate gives it its JSON
 //! shape (also the `post_mortem` event of the log) and its text.
 
+use crate::event::MemorySample;
 use crate::report::{HolderRef, SiteRef};
 use crate::roles::{format_call_path, CallFrame, Role, RoleSplit};
 use crate::size::format_bytes;
@@ -80,20 +81,23 @@ pub struct Growth {
     pub call_path: Vec<CallFrame>,
 }
 
-/// One device's memory, as far as it says.
+/// One device's memory, as far as it says: the tracked bytes and, on CUDA, the pool and
+/// the device (`device_used`, `device_total`; free is their difference).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceMemory {
     pub device: String,
-    /// Live bytes of tracked tensors on it.
-    pub tracked: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool_used: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool_reserved: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_free: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_total: Option<u64>,
+    #[serde(flatten)]
+    pub memory: MemorySample,
+}
+
+impl DeviceMemory {
+    /// Free device memory, when the device says.
+    pub fn device_free(&self) -> Option<u64> {
+        let m = &self.memory;
+        m.device_total
+            .zip(m.device_used)
+            .map(|(t, u)| t.saturating_sub(u))
+    }
 }
 
 impl PostMortem {
@@ -108,12 +112,13 @@ impl PostMortem {
     }
 }
 
-fn path_suffix(path: &[CallFrame]) -> String {
-    if path.is_empty() {
-        String::new()
-    } else {
-        format!(", created in {}", format_call_path(path))
+/// `` src/a.rs:12 `feats` (other), created in train → Model::features ``
+fn origin(site: &SiteRef, role: Role, path: &[CallFrame]) -> String {
+    let mut out = format!("{} `{}` ({role})", site.location(), site.label);
+    if !path.is_empty() {
+        out.push_str(&format!(", created in {}", format_call_path(path)));
     }
+    out
 }
 
 impl fmt::Display for PostMortem {
@@ -126,8 +131,9 @@ impl fmt::Display for PostMortem {
             format_bytes(self.live_bytes)
         )?;
         for d in &self.devices {
-            write!(f, "  {}: tracked {}", d.device, format_bytes(d.tracked))?;
-            if let (Some(used), Some(reserved)) = (d.pool_used, d.pool_reserved) {
+            let m = &d.memory;
+            write!(f, "  {}: tracked {}", d.device, format_bytes(m.tracked))?;
+            if let (Some(used), Some(reserved)) = (m.pool_used, m.pool_reserved) {
                 write!(
                     f,
                     ", pool used {}, reserved {}",
@@ -135,7 +141,7 @@ impl fmt::Display for PostMortem {
                     format_bytes(reserved)
                 )?;
             }
-            if let (Some(free), Some(total)) = (d.device_free, d.device_total) {
+            if let (Some(free), Some(total)) = (d.device_free(), m.device_total) {
                 write!(
                     f,
                     ", device free {} of {}",
@@ -150,13 +156,10 @@ impl fmt::Display for PostMortem {
         for s in &self.by_site {
             writeln!(
                 f,
-                "    {:>10}  {} tensors  {}  `{}` ({}){}",
+                "    {:>10}  {} tensors  {}",
                 format_bytes(s.bytes),
                 group(s.tensors),
-                s.site.location(),
-                s.site.label,
-                s.role,
-                path_suffix(&s.call_path)
+                origin(&s.site, s.role, &s.call_path)
             )?;
         }
         if !self.by_holder.is_empty() {
@@ -176,30 +179,28 @@ impl fmt::Display for PostMortem {
             for t in &self.largest {
                 writeln!(
                     f,
-                    "    {:>10}  {:?} {} on {}  {} `{}` ({}){}",
+                    "    {:>10}  {:?} {} on {}  {}",
                     format_bytes(t.bytes),
                     t.shape,
                     t.dtype,
                     t.device,
-                    t.site.location(),
-                    t.site.label,
-                    t.role,
-                    path_suffix(&t.call_path)
+                    origin(&t.site, t.role, &t.call_path)
                 )?;
             }
         }
         if !self.grew_most.is_empty() {
             writeln!(f, "  grew most:")?;
             for g in &self.grew_most {
+                let mut at = format!("{} `{}`", g.site.location(), g.site.label);
+                if !g.call_path.is_empty() {
+                    at.push_str(&format!(", created in {}", format_call_path(&g.call_path)));
+                }
                 writeln!(
                     f,
-                    "    +{}/iteration  {} `{}` in loop {} ({} now){}",
+                    "    +{}/iteration  {at} in loop {} ({} now)",
                     format_bytes(g.bytes_per_iteration),
-                    g.site.location(),
-                    g.site.label,
                     g.loop_name,
                     format_bytes(g.bytes),
-                    path_suffix(&g.call_path)
                 )?;
             }
         }

@@ -527,6 +527,7 @@ mod tests {
                 live_tensors: 1,
                 live_bytes: (100_000 + growth * i as i64) as u64,
                 sites: Vec::new(),
+                roles: Vec::new(),
             });
         }
         let report = Report {

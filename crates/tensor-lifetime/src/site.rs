@@ -129,8 +129,8 @@ impl Site {
 pub(crate) fn caller_site(label: &'static str) -> &'static Site {
     use parking_lot::Mutex;
     use std::collections::HashMap;
-    static SITES: Mutex<Option<HashMap<(&'static str, u32, u32), &'static Site>>> =
-        Mutex::new(None);
+    type Places = HashMap<(&'static str, u32, u32), &'static Site>;
+    static SITES: Mutex<Option<Places>> = Mutex::new(None);
     let at = std::panic::Location::caller();
     let key = (at.file(), at.line(), at.column());
     let mut sites = SITES.lock();

@@ -148,8 +148,9 @@ pub(super) fn wrap_body(function: &str, sig: &syn::Signature, block: &mut Block)
             *block = parse_quote!({
                 #enter
                 let #result: #ret = (move || -> #ret #body)();
+                // The borrow picks the check (autoref specialization, `oom.rs`).
+                #[allow(unused_imports, clippy::needless_borrow)]
                 {
-                    #[allow(unused_imports)]
                     use ::tensor_lifetime::__private::{CheckAny as _, CheckResult as _};
                     (&::tensor_lifetime::__private::Returned(&#result)).check_oom();
                 }

@@ -9,7 +9,7 @@ use super::{roles, State, Tracker};
 use crate::device::{Counters, DeviceId};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tensor_lifetime_report::event::Event;
+use tensor_lifetime_report::event::{Event, MemorySample};
 use tensor_lifetime_report::post_mortem::{
     DeviceMemory, Growth, HolderBytes, SiteBytes, TensorInfo,
 };
@@ -42,11 +42,12 @@ impl Tracker {
             pm.devices = st
                 .devices
                 .iter()
-                .map(|(d, b)| (d.to_string(), b.live, *d))
-                .map(|(name, tracked, _)| DeviceMemory {
-                    device: name,
-                    tracked,
-                    ..DeviceMemory::default()
+                .map(|(d, b)| DeviceMemory {
+                    device: d.to_string(),
+                    memory: MemorySample {
+                        tracked: b.live,
+                        ..MemorySample::default()
+                    },
                 })
                 .collect();
             pm
@@ -55,13 +56,7 @@ impl Tracker {
         let ids: Vec<DeviceId> = self.state.lock().devices.iter().map(|(d, _)| *d).collect();
         for (d, id) in pm.devices.iter_mut().zip(ids) {
             if let Ok(c) = Counters::read(id, None) {
-                d.pool_used = c.pool_used;
-                d.pool_reserved = c.pool_reserved;
-                d.device_total = c.device_total;
-                d.device_free = c
-                    .device_total
-                    .zip(c.device_used)
-                    .map(|(t, u)| t.saturating_sub(u));
+                d.memory = c.sample(d.memory.tracked);
             }
         }
         pm
@@ -165,7 +160,7 @@ impl State {
                 call_path: self.analysis.call_path(s.path).to_vec(),
             })
             .collect();
-        holders.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+        holders.sort_by_key(|h| std::cmp::Reverse(h.1 .0));
         pm.by_holder = holders
             .iter()
             .take(TOP)
@@ -207,7 +202,7 @@ impl State {
     fn grew_most(&self) -> Vec<Growth> {
         let mut findings = self.analysis.report().findings;
         findings.retain(|f| f.bytes_per_iteration > 0);
-        findings.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration));
+        findings.sort_by_key(|f| std::cmp::Reverse(f.bytes_per_iteration));
         findings
             .into_iter()
             .take(TOP)
