@@ -53,5 +53,5 @@ pub use event::{Event, ReadError, SiteKind};
 pub use memory_findings::{MemoryFindings, MemoryJudgement};
 pub use post_mortem::PostMortem;
 pub use report::{Finding, FindingKind, Report};
-pub use roles::{CallFrame, MemoryByRole, Role, RoleBytes, RoleSplit};
+pub use roles::{CallFrame, MemoryByRole, Role, RoleBytes, RoleHistory, RoleSplit};
 pub use timeline::{Timeline, TimelineBuilder};

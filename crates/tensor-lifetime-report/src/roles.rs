@@ -271,21 +271,65 @@ pub struct MemoryByRole {
 }
 
 impl MemoryByRole {
-    /// Takes an iteration end's split.
+    /// No iteration end carried a split.
+    pub fn is_empty(&self) -> bool {
+        self.now.is_empty() && self.peak.is_empty()
+    }
+}
+
+/// The splits of the iteration ends seen, kept as they came (cheap at every iteration
+/// end; [`RoleHistory::memory_by_role`] makes the report's split).
+#[derive(Debug, Clone, Default)]
+pub struct RoleHistory {
+    latest: Vec<RoleBytes>,
+    peak: Vec<RoleBytes>,
+    peak_high: u64,
+}
+
+impl RoleHistory {
+    /// Takes an iteration end's split (copied).
     pub fn note(&mut self, roles: &[RoleBytes]) {
         if roles.is_empty() {
             return;
         }
-        self.now = RoleSplit::at_end(roles);
-        let high = RoleSplit::at_high_water(roles);
-        if high.role_bytes() >= self.peak.role_bytes() {
-            self.peak = high;
+        self.note_peak(roles);
+        self.latest.clear();
+        self.latest.extend_from_slice(roles);
+    }
+
+    /// Takes an iteration end's split by swapping it with the previous one, which
+    /// `roles` holds afterwards (no copy: the tracker's path at every iteration end).
+    #[inline]
+    pub fn note_owned(&mut self, roles: &mut Vec<RoleBytes>) {
+        if roles.is_empty() {
+            return;
+        }
+        self.note_peak(roles);
+        std::mem::swap(&mut self.latest, roles);
+    }
+
+    /// The first iteration end of the highest high water (live plus temporary bytes).
+    #[inline]
+    fn note_peak(&mut self, roles: &[RoleBytes]) {
+        // Wrapping: byte counts of one process are far from 2^64, and a hostile log's
+        // only choose which split is shown.
+        let mut high = 0u64;
+        for r in roles {
+            high = high.wrapping_add(r.bytes).wrapping_add(r.temporary_bytes);
+        }
+        if high > self.peak_high || self.peak.is_empty() {
+            self.peak_high = high;
+            self.peak.clear();
+            self.peak.extend_from_slice(roles);
         }
     }
 
-    /// No iteration end carried a split.
-    pub fn is_empty(&self) -> bool {
-        self.now.is_empty() && self.peak.is_empty()
+    /// Now (the latest split) and at the peak.
+    pub fn memory_by_role(&self) -> MemoryByRole {
+        MemoryByRole {
+            now: RoleSplit::at_end(&self.latest),
+            peak: RoleSplit::at_high_water(&self.peak),
+        }
     }
 }
 
@@ -330,8 +374,9 @@ mod tests {
                 ..RoleBytes::default()
             },
         ];
-        let mut m = MemoryByRole::default();
-        m.note(&roles);
+        let mut h = RoleHistory::default();
+        h.note(&roles);
+        let m = h.memory_by_role();
         assert_eq!(m.now.parameter.bytes, 100);
         assert_eq!(m.now.activation.bytes, 0);
         assert_eq!(m.now.temporary.bytes, 40);

@@ -55,7 +55,7 @@ impl Analysis {
             peak_live_bytes: self.peak_live_bytes,
             sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
-            memory_by_role: self.memory_by_role,
+            memory_by_role: self.memory_by_role(),
             post_mortem: self.post_mortem.clone(),
         }
     }

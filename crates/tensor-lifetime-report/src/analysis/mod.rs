@@ -65,7 +65,7 @@ use crate::event::{Event, MemorySample, SiteInfo, SiteNote, SiteSweep};
 use crate::fast_hash::{HashMap, SiteMap};
 use crate::memory_findings::MemoryFindings;
 use crate::report::{LoopSummary, Report};
-use crate::roles::{CallFrame, MemoryByRole, RoleBytes};
+use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
 use std::collections::BTreeMap;
 
 mod findings;
@@ -210,7 +210,7 @@ pub struct Analysis {
     /// Untracked growth and shape churn, judged from memory samples and births.
     memory_findings: MemoryFindings,
     /// Live bytes by role at the latest iteration end and at the peak.
-    memory_by_role: MemoryByRole,
+    memory_by_role: RoleHistory,
     /// Call paths by id ([`Event::CallPath`]).
     call_paths: HashMap<u32, Vec<CallFrame>>,
     /// The latest post-mortem ([`Event::PostMortem`]).
@@ -421,7 +421,8 @@ impl Analysis {
     }
 
     /// An iteration end (what [`Event::IterationEnd`] does, without building the event):
-    /// `sites` are its sweep's survivors by site, `roles` its split by role.
+    /// `sites` are its sweep's survivors by site, `roles` its split by role (taken: it
+    /// holds the previous iteration end's split afterwards, to be overwritten).
     pub fn note_iteration_end(
         &mut self,
         frame: u64,
@@ -429,10 +430,10 @@ impl Analysis {
         live_tensors: u64,
         live_bytes: u64,
         sites: &[SiteSweep],
-        roles: &[RoleBytes],
+        roles: &mut Vec<RoleBytes>,
     ) {
         self.memory_findings.iteration_end(frame);
-        self.memory_by_role.note(roles);
+        self.memory_by_role.note_owned(roles);
         self.iteration_end(frame, iteration, live_tensors, live_bytes, sites);
     }
 
@@ -516,7 +517,7 @@ impl Analysis {
 
     /// Live bytes by role, now and at the peak.
     pub fn memory_by_role(&self) -> MemoryByRole {
-        self.memory_by_role
+        self.memory_by_role.memory_by_role()
     }
 
     /// Live tensors known now (from the latest sweep or born/dropped events).

@@ -36,7 +36,7 @@ pub(super) fn summarize_survivors(
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
     holders.clear();
-    let mut origin = Origin::default();
+    let mut origin = Origin::new();
     let mut used = 0;
     let mut last_iteration = None;
     for r in survivors.iter() {
@@ -111,43 +111,89 @@ pub(super) fn summarize_survivors(
     out.truncate(used);
 }
 
-/// The roles and call paths of one site's survivors, counted.
+/// The roles and call paths of one site's survivors, counted (no allocation: up to
+/// [`Origin::PATHS`] distinct paths are counted, later ones are not listed).
 #[derive(Default)]
 struct Origin {
-    roles: [u64; 7],
-    /// (path id, survivors); paths 0 (none) are not counted.
-    paths: Vec<(u32, u64)>,
+    /// Survivors per role byte (its low bits), counted once a second role is seen.
+    roles: [u32; 8],
+    /// The first survivor's role byte (`NONE` before it), and whether another was seen.
+    first: u8,
+    mixed: bool,
+    /// (path id, survivors) of the first paths seen; paths 0 (none) are not counted.
+    paths: [(u32, u32); Origin::PATHS],
+    used: usize,
 }
 
 impl Origin {
+    const PATHS: usize = 4;
+    const NONE: u8 = u8::MAX;
+
+    fn new() -> Origin {
+        Origin {
+            first: Origin::NONE,
+            ..Origin::default()
+        }
+    }
+
     #[inline]
     fn add(&mut self, role: u8, path: u32) {
-        self.roles[roles::role(role).index()] += 1;
+        let role = role & !roles::HINTED;
+        if self.first == Origin::NONE {
+            self.first = role;
+        } else if role != self.first || self.mixed {
+            if !self.mixed {
+                // Counted from here: the first role's survivors so far.
+                self.mixed = true;
+                self.roles[usize::from(self.first) & 7] = 1;
+            }
+            self.roles[usize::from(role) & 7] += 1;
+        }
         if path != 0 {
-            match self.paths.iter_mut().find(|(p, _)| *p == path) {
+            let used = &mut self.paths[..self.used];
+            match used.iter_mut().find(|(p, _)| *p == path) {
                 Some((_, n)) => *n += 1,
-                None => self.paths.push((path, 1)),
+                None if self.used < Origin::PATHS => {
+                    self.paths[self.used] = (path, 1);
+                    self.used += 1;
+                }
+                None => {}
             }
         }
     }
 
-    /// Puts the site's role (that of most survivors) and its paths (most first, up to 4)
-    /// in its summary, and starts over.
+    /// Puts the site's role (that of most survivors) and its paths (most first) in its
+    /// summary, and starts over.
+    #[inline]
     fn finish(&mut self, site: &mut SiteSweep) {
-        let (best, _) = self
-            .roles
-            .iter()
-            .enumerate()
-            .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
-            .unwrap_or((Role::Other.index(), &0));
-        site.role = Some(Role::from_index(best));
-        self.paths
-            .sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        site.call_paths.clear();
-        site.call_paths
-            .extend(self.paths.iter().take(4).map(|(p, _)| *p));
-        self.roles = [0; 7];
-        self.paths.clear();
+        let role = if self.mixed {
+            let best = self
+                .roles
+                .iter()
+                .enumerate()
+                .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+                .map_or(Role::Other.index(), |(i, _)| i);
+            self.roles = [0; 8];
+            best as u8
+        } else {
+            self.first
+        };
+        site.role = Some(roles::role(role));
+        let paths = &mut self.paths[..self.used];
+        match (&*paths, site.call_paths.as_slice()) {
+            // The common case: the path of the previous sweep of this slot.
+            ([(p, _)], [q]) if p == q => {}
+            _ => {
+                if paths.len() > 1 {
+                    paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                }
+                site.call_paths.clear();
+                site.call_paths.extend(paths.iter().map(|p| p.0));
+            }
+        }
+        self.first = Origin::NONE;
+        self.mixed = false;
+        self.used = 0;
     }
 }
 

@@ -234,10 +234,11 @@ impl Tracker {
             let duration_ns = t_ns.saturating_sub(started_ns);
             self.monitor_tick(&mut st, t_ns);
             st.declare_call_paths();
-            let next_record = st.next_record;
-            let roles = st.roles.iteration_end(next_record);
+            let mut roles = st.roles.iteration_end();
             timed(HotPhase::Analysis, || {
                 if st.log.is_some() {
+                    // The log lists the roles that have tensors.
+                    roles.retain(|r| r.tensors + r.temporary_tensors > 0);
                     // The summaries go into the event and come back to the scratch
                     // buffers, which keep their allocations for the next sweep.
                     let event = Event::IterationEnd {
@@ -253,7 +254,8 @@ impl Tracker {
                     st.emit_ref(&event);
                     if let Event::IterationEnd { sites, roles, .. } = event {
                         st.scratch.sites = sites;
-                        st.roles.put_back(roles);
+                        let next_record = st.next_record;
+                        st.roles.put_back(roles, next_record);
                     }
                     st.flush_log();
                 } else {
@@ -266,9 +268,10 @@ impl Tracker {
                         sweep.live_tensors,
                         sweep.live_bytes,
                         &scratch.sites,
-                        &roles,
+                        &mut roles,
                     );
-                    st.roles.put_back(roles);
+                    let next_record = st.next_record;
+                    st.roles.put_back(roles, next_record);
                 }
             });
             trim_vec(&mut st.scratch.sites);

@@ -47,27 +47,41 @@ pub(super) fn upgrade(role_code: &mut u8, probe: u8) {
     }
 }
 
-/// Tensors and bytes.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Amount {
-    pub(super) tensors: u64,
-    pub(super) bytes: u64,
-}
+/// Slots of the per-role arrays: the six roles a tensor can have, indexed by the role
+/// byte's low bits (masked, so no bounds check).
+const SLOTS: usize = 8;
 
-/// The six roles a tensor can have (not `temporary`).
-const ROLES: usize = 6;
-
-/// Per role: the live tensors and bytes of the latest sweep, those being counted by a
-/// sweep, and the temporaries (born since the latest iteration end and dead since).
-#[derive(Debug, Default)]
+/// Per role: the tensors and bytes being counted by a sweep, and the split of the latest
+/// sweep (live tensors and bytes) with the temporaries (born since the latest iteration
+/// end and dead since), kept in the split handed to the analysis at iteration ends.
+#[derive(Debug)]
 pub(super) struct RoleTally {
-    pub(super) live: [Amount; ROLES],
-    tally: [Amount; ROLES],
-    temporary: [Amount; ROLES],
+    tensors: [u64; SLOTS],
+    bytes: [u64; SLOTS],
     /// Records with an id from here on were born since the latest iteration end.
     watermark: u64,
-    /// The latest iteration end's split (kept for its allocation).
+    /// One entry per role, in role order (its roles never change, only the counts).
     split: Vec<RoleBytes>,
+}
+
+impl Default for RoleTally {
+    fn default() -> Self {
+        RoleTally {
+            tensors: [0; SLOTS],
+            bytes: [0; SLOTS],
+            watermark: 0,
+            split: new_split(),
+        }
+    }
+}
+
+fn new_split() -> Vec<RoleBytes> {
+    (0..ROLES)
+        .map(|i| RoleBytes {
+            role: Role::from_index(i),
+            ..RoleBytes::default()
+        })
+        .collect()
 }
 
 impl RoleTally {
@@ -75,20 +89,18 @@ impl RoleTally {
     /// per storage).
     #[inline]
     pub(super) fn tensor(&mut self, code: u8) {
-        self.tally[index(code)].tensors += 1;
+        self.tensors[slot(code)] += 1;
     }
 
     /// A live storage's bytes, for its owner's role.
     #[inline]
     pub(super) fn bytes(&mut self, code: u8, bytes: u64) {
-        self.tally[index(code)].bytes += bytes;
+        self.bytes[slot(code)] += bytes;
     }
 
     /// Forgets the bytes counted so far in this sweep (its storages are claimed again).
     pub(super) fn reset_bytes(&mut self) {
-        for a in &mut self.tally {
-            a.bytes = 0;
-        }
+        self.bytes = [0; SLOTS];
     }
 
     /// A record found dead: a temporary if born since the latest iteration end.
@@ -102,47 +114,50 @@ impl RoleTally {
     /// A tensor born and dead since the latest iteration end.
     #[inline]
     pub(super) fn temporary(&mut self, code: u8, bytes: u64) {
-        let a = &mut self.temporary[index(code)];
-        a.tensors += 1;
-        a.bytes += bytes;
+        if let Some(r) = self.split.get_mut(slot(code)) {
+            r.temporary_tensors += 1;
+            r.temporary_bytes += bytes;
+        }
     }
 
     /// The end of a sweep: what it counted becomes the live split.
+    #[inline]
     pub(super) fn finish_sweep(&mut self) {
-        self.live = std::mem::take(&mut self.tally);
-    }
-
-    /// An iteration end: its split (the roles with tensors; give it back with
-    /// [`RoleTally::put_back`]), then the temporaries start over from `next_record`.
-    pub(super) fn iteration_end(&mut self, next_record: u64) -> Vec<RoleBytes> {
-        let mut out = std::mem::take(&mut self.split);
-        out.clear();
-        for (i, (live, temp)) in self.live.iter().zip(&self.temporary).enumerate() {
-            if live.tensors + temp.tensors == 0 {
-                continue;
-            }
-            out.push(RoleBytes {
-                role: Role::from_index(i),
-                bytes: live.bytes,
-                tensors: live.tensors,
-                temporary_bytes: temp.bytes,
-                temporary_tensors: temp.tensors,
-            });
+        for (i, r) in self.split.iter_mut().enumerate() {
+            r.tensors = self.tensors[i];
+            r.bytes = self.bytes[i];
         }
-        self.temporary = Default::default();
-        self.watermark = next_record;
-        out
+        self.tensors = [0; SLOTS];
+        self.bytes = [0; SLOTS];
     }
 
-    /// Keeps an iteration end's split for its allocation.
-    pub(super) fn put_back(&mut self, split: Vec<RoleBytes>) {
+    /// An iteration end: its split, one entry per role (give it back with
+    /// [`RoleTally::put_back`], which starts the temporaries over from `next_record`).
+    pub(super) fn iteration_end(&mut self) -> Vec<RoleBytes> {
+        std::mem::take(&mut self.split)
+    }
+
+    /// Takes back an iteration end's split (or makes a new one if it was changed); the
+    /// temporaries start over from `next_record`.
+    pub(super) fn put_back(&mut self, mut split: Vec<RoleBytes>, next_record: u64) {
+        if split.len() != ROLES {
+            split = new_split();
+        }
+        for r in &mut split {
+            r.temporary_tensors = 0;
+            r.temporary_bytes = 0;
+        }
         self.split = split;
+        self.watermark = next_record;
     }
 }
 
+/// The six roles a tensor can have (not `temporary`).
+const ROLES: usize = 6;
+
 #[inline]
-fn index(code: u8) -> usize {
-    usize::from(code & !HINTED).min(ROLES - 1)
+fn slot(code: u8) -> usize {
+    usize::from(code) & (SLOTS - 1)
 }
 
 #[cfg(test)]
