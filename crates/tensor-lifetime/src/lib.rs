@@ -194,7 +194,7 @@ macro_rules! loop_scope {
 pub mod __private {
     pub use crate::call_path::{enter, CallGuard, FnSite};
     pub use crate::leak_test::LeakTestOptions;
-    pub use crate::oom::{CheckAny, CheckResult, Returned};
+    pub use crate::oom::Checked;
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
     pub use crate::probe::{store, tag};

@@ -1,63 +1,62 @@
 //! Out-of-memory detection on the way out of a tracked function.
 //!
-//! `#[track]` ends every function it instruments whose return type is a `Result` with
-//! `(&Returned(&result)).check_oom()`: for a `Result<_, E>` whose `E` is `Display`, an
-//! `Err` is looked at (nothing is done on `Ok`); for any other type the call resolves to
-//! [`CheckAny`], which does nothing (autoref specialization: the type is fully known
-//! there, so it constrains no inference).
+//! `#[track]` passes the operand of every `?` in the code it instruments, and the tail
+//! expression of a function returning a `Result`, through [`Checked::checked`]: the
+//! value comes back unchanged, and an `Err` holding a `candle_core::Error` is looked at
+//! first. At a `?` the function's locals are all alive, so the post-mortem sees what the
+//! failing step held (the error is caught where it first crosses tracked code, before
+//! any caller's locals drop).
 //!
 //! An error is candle's out-of-memory when it is a `candle_core::Error::Cuda` (under any
 //! `Context` or `WithBacktrace`) whose message names `CUDA_ERROR_OUT_OF_MEMORY` (cudarc's
-//! driver error) or says `out of memory`; an error of another type (`anyhow::Error`
-//! wrapping it) is judged by its message alone. The first one in the process writes the
-//! post-mortem ([`crate::post_mortem`]) to stderr, the event log and the JSON report.
+//! driver error) or says `out of memory`. Errors of other types are not looked at (an
+//! `anyhow::Error` is made from the candle error by a `?`, which saw it first). The first
+//! one in the process writes the post-mortem ([`crate::post_mortem`]) to stderr, the
+//! event log and the JSON report.
 
-use std::any::Any;
-use std::fmt::Display;
+// why: an error whose type id is candle's `Error` is read as one.
+#![allow(unsafe_code)]
 
-/// A function's result on its way out (see the module docs).
-pub struct Returned<'a, T: ?Sized>(pub &'a T);
+use std::any::TypeId;
 
-impl<T: ?Sized> std::fmt::Debug for Returned<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Returned")
-    }
+/// A value on its way through `?` (or out as a tracked function's tail): an `Err` is
+/// looked at; `Ok`, `Some` and `None` pass untouched. A trait (not a generic function
+/// over `Result`) so that `?` on an `Option` in tracked code still compiles.
+pub trait Checked {
+    fn checked(self) -> Self;
 }
 
-/// The check of a `Result` whose error is `Display`.
-pub trait CheckResult {
-    fn check_oom(&self);
-}
-
-impl<U, E: Display + 'static> CheckResult for Returned<'_, Result<U, E>> {
-    #[inline]
-    fn check_oom(&self) {
-        if let Err(e) = self.0 {
+impl<U, E> Checked for Result<U, E> {
+    #[inline(always)]
+    fn checked(self) -> Self {
+        if let Err(e) = &self {
             returned_error(e);
         }
+        self
     }
 }
 
-/// The fallback for every other type: nothing to check.
-pub trait CheckAny {
-    fn check_oom(&self);
+impl<T> Checked for Option<T> {
+    #[inline(always)]
+    fn checked(self) -> Self {
+        self
+    }
 }
 
-impl<T: ?Sized> CheckAny for &Returned<'_, T> {
-    #[inline]
-    fn check_oom(&self) {}
-}
-
-/// A tracked function returned `e`: the post-mortem if it is the first out-of-memory
-/// error.
+/// A tracked function passes on error `e`: the post-mortem if it is the first
+/// out-of-memory error of the process.
 #[cold]
 #[inline(never)]
-fn returned_error<E: Display + 'static>(e: &E) {
-    let oom = match (e as &dyn Any).downcast_ref::<candle_core::Error>() {
-        Some(e) => is_candle_oom(e),
-        None => says_oom(&e.to_string()),
-    };
-    if !oom {
+fn returned_error<E>(e: &E) {
+    // `typeid` compares types that need not be `'static` (the error type of a `?` may
+    // borrow).
+    if typeid::of::<E>() != TypeId::of::<candle_core::Error>() {
+        return;
+    }
+    // SAFETY: `E` and `candle_core::Error` have the same type id: `E` is candle's `Error`
+    // and `e` a valid reference to one for this call.
+    let e = unsafe { &*(e as *const E as *const candle_core::Error) };
+    if !is_candle_oom(e) {
         return;
     }
     let Some(t) = crate::tracker::active() else {
@@ -89,7 +88,7 @@ mod tests {
 
     #[derive(Debug)]
     struct Driver;
-    impl Display for Driver {
+    impl std::fmt::Display for Driver {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")")
         }
@@ -109,15 +108,11 @@ mod tests {
     }
 
     #[test]
-    // The borrow picks the check, as in what `#[track]` generates.
-    #[allow(clippy::needless_borrow)]
-    fn any_type_resolves() {
+    fn passes_values_through() {
         let r: Result<u8, candle_core::Error> = Ok(1);
-        (&Returned(&r)).check_oom();
-        let n = 3u32;
-        (&Returned(&n)).check_oom();
-        struct NoDisplay;
-        let r: Result<u8, NoDisplay> = Err(NoDisplay);
-        (&Returned(&r)).check_oom();
+        assert_eq!(r.checked().unwrap(), 1);
+        assert_eq!(Some(3).checked(), Some(3));
+        let e: Result<u8, &str> = Err("no");
+        assert!(e.checked().is_err());
     }
 }

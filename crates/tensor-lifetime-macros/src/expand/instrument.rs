@@ -447,6 +447,11 @@ impl VisitMut for Instrument {
                 }
             }
             Expr::Repeat(r) => self.visit_expr_mut(&mut r.expr),
+            // `x?`: an error is looked at before it leaves (out of memory, `origin.rs`).
+            Expr::Try(t) => {
+                self.visit_expr_mut(&mut t.expr);
+                *t.expr = checked(&t.expr);
+            }
             _ => visit_mut::visit_expr_mut(self, expr),
         }
     }

@@ -34,8 +34,8 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
-    parse_quote, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem, Item, ItemFn, Pat,
-    ReturnType, Stmt, TraitItem,
+    parse_quote, parse_quote_spanned, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem,
+    Item, ItemFn, Pat, ReturnType, Stmt, TraitItem,
 };
 
 mod containers;

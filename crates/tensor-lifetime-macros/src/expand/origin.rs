@@ -1,24 +1,20 @@
 //! Where a tensor comes from, as the source says it: role hints on sites (a loop's item
 //! and a batch call are `input`; what the methods of an `impl Optimizer` make and store
-//! is `optimizer_state`), and the per-function wrapper: the call-path guard of every
-//! tracked function and, for those returning a `Result`, the out-of-memory check on the
-//! way out.
-//!
-//! The wrapper of a function returning `Result<..>` (not `async`, `const` or `unsafe`,
-//! no `impl Trait` in the return type):
+//! is `optimizer_state`), the call-path guard of every tracked function, and the
+//! out-of-memory check of the values that leave it with an error.
 //!
 //! ```ignore
 //! fn f(args) -> Result<T> {
-//!     let __tl_call = enter(&FN_SITE);          // call path: pushed, popped on drop
-//!     let __tl_result: Result<T> = (move || -> Result<T> { BODY })();
-//!     (&Returned(&__tl_result)).check_oom();    // candle's CUDA OOM: the post-mortem
-//!     __tl_result
+//!     let __tl_call = enter(&FN_SITE);    // call path: pushed here, popped on drop
+//!     let y = Checked::checked(g(x))?;    // every `?`: an Err is looked at first
+//!     Checked::checked(h(y))              // the tail of a function returning a Result
 //! }
 //! ```
 //!
-//! The closure keeps `return` and `?` meaning what they meant (they leave the closure,
-//! whose value is the function's); it takes the arguments by move, which the function
-//! owned anyway. Other functions get the guard alone.
+//! `Checked` is a trait implemented for `Result` and `Option`, called by path: the
+//! operand's type is that of the `?` anyway, so inference is not constrained. The check
+//! runs while the function's locals are alive (a post-mortem of the failing step).
+//! `return Err(..)` is not checked (the caller's `?` sees it).
 
 use super::*;
 
@@ -63,9 +59,25 @@ fn strip(mut expr: &Expr) -> &Expr {
             Expr::Await(a) => &a.base,
             Expr::Reference(r) => &r.expr,
             Expr::MethodCall(c) if c.method == "unwrap" || c.method == "expect" => &c.receiver,
+            // Our own check around a `?` operand (rewritten before the binding is seen).
+            Expr::Call(c) if is_checked_call(c) => &c.args[0],
             e => return e,
         };
     }
+}
+
+/// `::tensor_lifetime::__private::Checked::checked(x)`, as [`checked`] writes it.
+fn is_checked_call(c: &syn::ExprCall) -> bool {
+    let Expr::Path(p) = &*c.func else {
+        return false;
+    };
+    let names: Vec<String> = p
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    c.args.len() == 1 && names.ends_with(&["Checked".to_string(), "checked".to_string()])
 }
 
 /// A call whose name says batch (`data.next_batch()?`, `dataset::batch(i)`): its value
@@ -115,51 +127,46 @@ fn fn_site(name: &str, span: Span) -> TokenStream {
     }}
 }
 
-/// Whether the return type is a `Result` the wrapper can name (no `impl Trait`).
-fn wrappable_result(sig: &syn::Signature) -> Option<&syn::Type> {
-    let ReturnType::Type(_, ty) = &sig.output else {
-        return None;
-    };
-    let syn::Type::Path(p) = &**ty else {
-        return None;
-    };
-    let is_result = p.path.segments.last().is_some_and(|s| s.ident == "Result");
-    let has_impl = ty
-        .to_token_stream()
-        .into_iter()
-        .any(|t| matches!(&t, TokenTree::Ident(i) if i == "impl"));
-    (is_result && !has_impl && sig.unsafety.is_none()).then_some(&**ty)
+/// Whether the function returns a `Result` (its last path segment says so).
+fn returns_result(sig: &syn::Signature) -> bool {
+    match &sig.output {
+        ReturnType::Type(_, ty) => match &**ty {
+            syn::Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Result"),
+            _ => false,
+        },
+        ReturnType::Default => false,
+    }
 }
 
-/// Adds the call-path guard and, for a `Result`, the out-of-memory check (module docs).
-/// Nothing for `async` functions (the guard is per thread and must not be held across
-/// an `.await`).
+/// `Checked::checked(expr)`: `expr` passed through the out-of-memory check.
+pub(super) fn checked(expr: &Expr) -> Expr {
+    // `(a + b)?`: the parentheses are not needed around an argument (`unused_parens`).
+    let mut expr = expr;
+    while let Expr::Paren(p) = expr {
+        expr = &p.expr;
+    }
+    // Spanned at the operand: sites placed by the span of an expression around it
+    // (`Type { field: f()? }`) keep naming the user's line.
+    let span = expr.span();
+    parse_quote_spanned!(span=> ::tensor_lifetime::__private::Checked::checked(#expr))
+}
+
+/// Adds the call-path guard and, for a function returning a `Result`, the check of its
+/// tail expression (module docs). Nothing for `async` functions (the guard is per thread
+/// and must not be held across an `.await`).
 pub(super) fn wrap_body(function: &str, sig: &syn::Signature, block: &mut Block) {
     if sig.asyncness.is_some() || sig.constness.is_some() {
         return;
     }
-    let call = local("__tl_call");
-    let site = fn_site(function, sig.ident.span());
-    let enter = quote!(let #call = ::tensor_lifetime::__private::enter(#site););
-    match wrappable_result(sig) {
-        Some(ret) => {
-            let result = local("__tl_result");
-            let body = &*block;
-            *block = parse_quote!({
-                #enter
-                let #result: #ret = (move || -> #ret #body)();
-                // The borrow picks the check (autoref specialization, `oom.rs`).
-                #[allow(unused_imports, clippy::needless_borrow)]
-                {
-                    use ::tensor_lifetime::__private::{CheckAny as _, CheckResult as _};
-                    (&::tensor_lifetime::__private::Returned(&#result)).check_oom();
-                }
-                #result
-            });
-        }
-        None => {
-            let stmt: Stmt = parse_quote!(#enter);
-            block.stmts.insert(0, stmt);
+    if returns_result(sig) {
+        if let Some(Stmt::Expr(tail, None)) = block.stmts.last_mut() {
+            if !diverges(tail) {
+                *tail = checked(tail);
+            }
         }
     }
+    let call = local("__tl_call");
+    let site = fn_site(function, sig.ident.span());
+    let enter: Stmt = parse_quote!(let #call = ::tensor_lifetime::__private::enter(#site););
+    block.stmts.insert(0, enter);
 }
