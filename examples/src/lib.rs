@@ -13,10 +13,12 @@
 //!   through files; one rank can leak.
 //! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
 //!   the memory statistics (pool rounding, `empty_cache`, release threshold).
+//! - [`cuda_oom`]: a leaky loop run until the GPU is out of memory, and its post-mortem.
 
 pub mod bench;
 pub mod clean_training;
 pub mod common;
+pub mod cuda_oom;
 pub mod cuda_training;
 pub mod heap;
 pub mod leaky_dataset;

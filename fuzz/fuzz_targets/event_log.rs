@@ -241,6 +241,7 @@ fn decode(program: &[u8]) -> Vec<Event> {
                     live_tensors: b.num(),
                     live_bytes: b.num(),
                     sites,
+                    roles: Vec::new(),
                 }
             }
             6 => Event::LoopEnd {

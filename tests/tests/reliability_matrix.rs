@@ -386,9 +386,10 @@ pub fn l10_kept_gradients(p: Params) -> Result<usize> {
     let weight = model.fc1.weight();
     for step in 0..p.steps {
         let (x, y) = batch(&p, step)?;
-        let grads = model.loss(&x, &y)?.backward()?;
+        // The gradients are first seen here, in backward's `GradStore` (role gradient).
+        let grads = model.loss(&x, &y)?.backward()?; // matrix: L10 kept gradient
         opt.step(&grads)?;
-        let grad = grads.get(weight).expect("a gradient").clone(); // matrix: L10 kept gradient
+        let grad = grads.get(weight).expect("a gradient").clone();
         history.push(grad);
     }
     Ok(history.len())
@@ -1158,7 +1159,7 @@ fn leak_cases() -> Vec<(&'static str, Vec<String>)> {
         Leak {
             name: "l10_kept_gradients",
             marker: "// matrix: L10 kept gradient",
-            label: "grad",
+            label: "grads",
             kind: FindingKind::Leak,
             survivors: p.steps as u64,
             bytes: (p.steps * HIDDEN * FEATURES * 4) as u64,

@@ -8,6 +8,7 @@
 //! (a crashed run) is reported as [`ReadOutcome::Truncated`] and reading stops there with
 //! everything before it intact; any other bad line is a [`ReadError`] naming the line.
 
+use crate::roles::{CallFrame, Role, RoleBytes};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::{self, BufRead};
@@ -141,26 +142,49 @@ pub struct SiteSweep {
     pub view_bytes: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub view_storage_bytes: u64,
+    /// The role of most of the survivors (absent in logs written before roles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The call paths ([`Event::CallPath`] ids) that created the survivors, the most
+    /// frequent first (up to 4; absent in logs written before call paths).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub call_paths: Vec<u32>,
 }
 
 // By hand for `clone_from`, which reuses the holders' allocation: the analysis keeps the
 // latest sweep of every series, at every iteration end.
 impl Clone for SiteSweep {
     fn clone(&self) -> Self {
-        SiteSweep {
-            holders: self.holders.clone(),
-            ..*self
-        }
+        let mut out = SiteSweep::default();
+        out.clone_from(self);
+        out
     }
 
     fn clone_from(&mut self, source: &Self) {
-        let mut holders = std::mem::take(&mut self.holders);
-        holders.clone_from(&source.holders);
-        *self = SiteSweep {
-            holders: Vec::new(),
-            ..*source
-        };
-        self.holders = holders;
+        let SiteSweep {
+            site,
+            survivors,
+            bytes,
+            iterations,
+            first_iteration,
+            last_iteration,
+            refcount,
+            holders,
+            graph_tensors,
+            graph_bytes,
+            view_bytes,
+            view_storage_bytes,
+            role,
+            call_paths,
+        } = source;
+        self.holders.clone_from(holders);
+        self.call_paths.clone_from(call_paths);
+        (self.site, self.survivors, self.bytes) = (*site, *survivors, *bytes);
+        (self.iterations, self.first_iteration) = (*iterations, *first_iteration);
+        (self.last_iteration, self.refcount) = (*last_iteration, *refcount);
+        (self.graph_tensors, self.graph_bytes) = (*graph_tensors, *graph_bytes);
+        (self.view_bytes, self.view_storage_bytes) = (*view_bytes, *view_storage_bytes);
+        self.role = *role;
     }
 }
 
@@ -263,6 +287,20 @@ pub enum Event {
         live_bytes: u64,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         sites: Vec<SiteSweep>,
+        /// Live tensors and bytes by role, and the tensors born and dead within the
+        /// iteration (absent in logs written before roles).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        roles: Vec<RoleBytes>,
+    },
+    /// A call path (the `#[track]`ed functions on the stack, outermost first), declared
+    /// once before a sweep summary refers to its `id`.
+    CallPath { id: u32, frames: Vec<CallFrame> },
+    /// What was live when a tracked function returned an out-of-memory error (or when
+    /// the program asked for it).
+    PostMortem {
+        t_ns: u64,
+        #[serde(flatten)]
+        post_mortem: Box<crate::post_mortem::PostMortem>,
     },
     /// A loop frame closed after `iterations` iterations.
     LoopEnd {
@@ -324,8 +362,12 @@ impl Event {
             | Event::Dropped { t_ns, .. }
             | Event::IterationEnd { t_ns, .. }
             | Event::LoopEnd { t_ns, .. }
-            | Event::Memory { t_ns, .. } => Some(*t_ns),
-            Event::Header { .. } | Event::Site { .. } | Event::Alias { .. } => None,
+            | Event::Memory { t_ns, .. }
+            | Event::PostMortem { t_ns, .. } => Some(*t_ns),
+            Event::Header { .. }
+            | Event::Site { .. }
+            | Event::Alias { .. }
+            | Event::CallPath { .. } => None,
         }
     }
 

@@ -11,6 +11,9 @@
 //! - [`analysis`]: the per-loop, per-site judgement (leak, retained, graph and view
 //!   retention) as a state machine over events.
 //! - [`report`]: the [`Report`] value, its JSON shape and its text rendering.
+//! - [`roles`]: the role of each tensor (parameter, gradient, optimizer state,
+//!   activation, input, other, temporary), the split of memory by role, call paths.
+//! - [`post_mortem`]: what was live at one moment (an out-of-memory error).
 //! - [`memory_findings`]: untracked growth and shape churn, judged from memory samples
 //!   and birth sizes.
 //! - [`size`]: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`).
@@ -35,8 +38,10 @@ pub mod fast_hash;
 pub mod github;
 pub mod html;
 pub mod memory_findings;
+pub mod post_mortem;
 pub mod ranks;
 pub mod report;
+pub mod roles;
 pub mod sarif;
 pub mod size;
 pub mod timeline;
@@ -46,5 +51,7 @@ pub use analysis::{Analysis, Judgement};
 pub use diff::Diff;
 pub use event::{Event, ReadError, SiteKind};
 pub use memory_findings::{MemoryFindings, MemoryJudgement};
+pub use post_mortem::PostMortem;
 pub use report::{Finding, FindingKind, Report};
+pub use roles::{CallFrame, MemoryByRole, Role, RoleBytes, RoleHistory, RoleSplit};
 pub use timeline::{Timeline, TimelineBuilder};

@@ -504,6 +504,7 @@ mod tests {
             live_tensors: 0,
             live_bytes: 0,
             sites: Vec::new(),
+            roles: Vec::new(),
         }
     }
 

@@ -438,6 +438,8 @@ impl MergedReport {
                 .max()
                 .unwrap_or(0),
             memory: BTreeMap::new(),
+            memory_by_role: crate::roles::MemoryByRole::default(),
+            post_mortem: None,
         }
     }
 
@@ -525,6 +527,7 @@ mod tests {
                 live_tensors: 1,
                 live_bytes: (100_000 + growth * i as i64) as u64,
                 sites: Vec::new(),
+                roles: Vec::new(),
             });
         }
         let report = Report {
@@ -535,6 +538,8 @@ mod tests {
             peak_live_bytes: 0,
             sites_seen: 0,
             memory: BTreeMap::new(),
+            memory_by_role: crate::roles::MemoryByRole::default(),
+            post_mortem: None,
         };
         c.finish(format!("rank-{rank}.jsonl"), report)
     }

@@ -2,6 +2,7 @@
 //! and its text rendering (`Display`).
 
 use crate::event::{location, MemorySample, SiteInfo};
+use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};
@@ -206,6 +207,17 @@ pub struct Finding {
     /// Other sites whose survivors are held only by this finding's graph.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_sites: Vec<SiteRef>,
+    /// The role of (most of) its tensors; absent for the memory findings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The `#[track]`ed functions on the stack when its tensors were created, outermost
+    /// first (the path of most of them; empty when none was tracked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub call_path: Vec<CallFrame>,
+    /// Other call paths that created some of its tensors (a helper called from two
+    /// places in one loop).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_call_paths: Vec<Vec<CallFrame>>,
     pub hint: String,
 }
 
@@ -232,6 +244,9 @@ impl Finding {
             view_bytes: 0,
             view_storage_bytes: 0,
             held_sites: Vec::new(),
+            role: None,
+            call_path: Vec::new(),
+            other_call_paths: Vec::new(),
             hint: kind.hint().to_string(),
         }
     }
@@ -270,6 +285,12 @@ pub struct Report {
     pub sites_seen: u64,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub memory: BTreeMap<String, MemorySample>,
+    /// Live bytes by role, now and at the peak (`roles.rs`).
+    #[serde(default, skip_serializing_if = "MemoryByRole::is_empty")]
+    pub memory_by_role: MemoryByRole,
+    /// What was live when a tracked function returned an out-of-memory error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_mortem: Option<Box<crate::post_mortem::PostMortem>>,
 }
 
 impl Report {
@@ -376,6 +397,25 @@ impl Finding {
         }
         writeln!(f, ", refcount {}", self.refcount)
     }
+
+    /// `role: activation; created in train → Dataset::batch` (what is known of both).
+    fn fmt_origin(&self, f: &mut fmt::Formatter<'_>, pad: &str) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(role) = self.role {
+            parts.push(format!("role: {role}"));
+        }
+        if !self.call_path.is_empty() {
+            let mut created = format!("created in {}", format_call_path(&self.call_path));
+            for other in &self.other_call_paths {
+                created.push_str(&format!(" and in {}", format_call_path(other)));
+            }
+            parts.push(created);
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "{pad}{}", parts.join("; "))
+    }
 }
 
 impl fmt::Display for Finding {
@@ -427,6 +467,7 @@ impl fmt::Display for Finding {
                 .collect();
             writeln!(f, "{pad}the graph also holds: {}", held.join(", "))?;
         }
+        self.fmt_origin(f, &pad)?;
         writeln!(f, "{pad}hint: {}", self.hint)
     }
 }
@@ -444,8 +485,14 @@ impl fmt::Display for Report {
             format_bytes(self.live_bytes),
             format_bytes(self.peak_live_bytes),
         )?;
+        if !self.memory_by_role.is_empty() {
+            writeln!(f, "memory {}", self.memory_by_role)?;
+        }
         for finding in &self.findings {
             write!(f, "{finding}")?;
+        }
+        if let Some(pm) = &self.post_mortem {
+            write!(f, "{pm}")?;
         }
         Ok(())
     }

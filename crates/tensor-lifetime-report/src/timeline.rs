@@ -18,6 +18,7 @@
 //! [`crate::Report`] beside this timeline.
 
 use crate::event::{Event, MemorySample, SiteInfo, SiteSweep};
+use crate::roles::RoleBytes;
 use std::collections::{BTreeMap, HashMap};
 
 /// Points kept by default before downsampling (so between half and all of it after).
@@ -36,6 +37,9 @@ pub struct Point {
     pub live_bytes: u64,
     /// Live bytes by site, sorted by site id, zeros left out.
     pub sites: Vec<SiteBytes>,
+    /// Live bytes by role ([`crate::roles::Role::ALL`] order, the six roles a tensor can
+    /// have; zeros in logs written before roles).
+    pub roles: [u64; 6],
     /// Iteration ends this point stands for.
     pub count: u64,
 }
@@ -273,7 +277,10 @@ impl TimelineBuilder {
             self.time(t_ns);
         }
         match event {
-            Event::Header { .. } | Event::Alias { .. } => {}
+            Event::Header { .. }
+            | Event::Alias { .. }
+            | Event::CallPath { .. }
+            | Event::PostMortem { .. } => {}
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
             }
@@ -305,8 +312,12 @@ impl TimelineBuilder {
                 live_tensors,
                 live_bytes,
                 sites,
+                roles,
                 ..
-            } => self.iteration_end(*t_ns, *frame, *iteration, *live_tensors, *live_bytes, sites),
+            } => {
+                let end = (*t_ns, *frame, *iteration, *live_tensors, *live_bytes);
+                self.iteration_end(end, sites, roles)
+            }
             Event::Memory {
                 t_ns,
                 device,
@@ -394,13 +405,16 @@ impl TimelineBuilder {
     /// outermost.
     fn iteration_end(
         &mut self,
-        t_ns: u64,
-        frame: u64,
-        iteration: u64,
-        live_tensors: u64,
-        live_bytes: u64,
+        (t_ns, frame, iteration, live_tensors, live_bytes): (u64, u64, u64, u64, u64),
         sites: &[SiteSweep],
+        roles: &[RoleBytes],
     ) {
+        let mut by_role = [0u64; 6];
+        for r in roles {
+            if let Some(b) = by_role.get_mut(r.role.index()) {
+                *b = r.bytes;
+            }
+        }
         self.iteration_ends += 1;
         let open = self.frames.get(&frame).copied().unwrap_or(OpenFrame {
             loop_index: u32::MAX,
@@ -427,6 +441,7 @@ impl TimelineBuilder {
             live_tensors,
             live_bytes,
             sites: by_site,
+            roles: by_role,
             count: 1,
         });
         if open.outermost {
@@ -580,6 +595,7 @@ mod tests {
             live_tensors: 1,
             live_bytes: live,
             sites: vec![],
+            roles: [0; 6],
             count: 1,
         };
         let m = p(1, 10).merge(p(2, 30)).merge(p(3, 20));

@@ -204,9 +204,19 @@ impl<W: Write> TraceWriter<W> {
                 live_tensors,
                 live_bytes,
                 sites,
+                roles,
             } => {
                 self.counter("live bytes", "bytes", *t_ns, *live_bytes)?;
                 self.counter("live tensors", "tensors", *t_ns, *live_tensors)?;
+                // A counter per role: live bytes at the iteration end (`temporary`: those
+                // born and dead within it), each present once a split was seen.
+                if !roles.is_empty() {
+                    let split = crate::roles::RoleSplit::at_end(roles);
+                    for role in crate::roles::Role::ALL {
+                        let name = format!("bytes: {role}");
+                        self.counter(&name, "bytes", *t_ns, split.get(role).bytes)?;
+                    }
+                }
                 let end = IterationSlice {
                     t_ns: *t_ns,
                     frame: *frame,
@@ -228,7 +238,7 @@ impl<W: Write> TraceWriter<W> {
                 sample,
             } => self.memory(*t_ns, device, sample),
             Event::Born { .. } | Event::Stored { .. } | Event::Dropped { .. } => Ok(()),
-            Event::Alias { .. } => Ok(()),
+            Event::Alias { .. } | Event::CallPath { .. } | Event::PostMortem { .. } => Ok(()),
         }
     }
 

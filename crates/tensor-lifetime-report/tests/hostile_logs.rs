@@ -143,6 +143,8 @@ fn extreme_log(time: fn(u64) -> u64) -> Vec<u8> {
             graph_bytes: MAX,
             view_bytes: MAX,
             view_storage_bytes: MAX,
+            role: None,
+            call_paths: vec![u32::MAX],
         };
         write(Event::IterationEnd {
             t_ns: time(MAX - iteration),
@@ -152,6 +154,7 @@ fn extreme_log(time: fn(u64) -> u64) -> Vec<u8> {
             live_tensors: MAX,
             live_bytes: MAX,
             sites: vec![sweep(2), sweep(3)],
+            roles: Vec::new(),
         });
         for (tracked, used) in [(0, MAX), (MAX, 0), (MAX, MAX)] {
             write(Event::Memory {

@@ -63,6 +63,7 @@ fn end(frame: u64, iteration: u64, survivors: u64, first: u64, last: u64) -> Eve
         live_tensors: survivors,
         live_bytes: 64 * survivors,
         sites,
+        roles: Vec::new(),
     }
 }
 

@@ -301,6 +301,7 @@ impl<'a> Run<'a> {
             live_tensors: 1 + self.cached,
             live_bytes: M_BYTES + self.cached * X_BYTES,
             sites,
+            roles: Vec::new(),
         });
     }
 
@@ -356,6 +357,7 @@ impl<'a> Run<'a> {
             live_tensors: 1 + self.cached,
             live_bytes,
             sites,
+            roles: Vec::new(),
         });
         if self.cfg.pool {
             self.pool_sample(live_bytes, f);

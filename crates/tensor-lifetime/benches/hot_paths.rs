@@ -119,6 +119,7 @@ fn event_log(c: &mut Criterion) {
             };
             4
         ],
+        roles: Vec::new(),
     };
     let born = Event::Born {
         t_ns: 1,

@@ -47,6 +47,8 @@
 //!
 //! # Modules
 //!
+//! - [`call_path`]: the per-thread stack of `#[track]`ed functions (call paths).
+//! - `oom` (private): out-of-memory errors returned by tracked functions (post-mortem).
 //! - [`site`](mod@site): static source locations ([`Site`], [`site!`]).
 //! - `weak` (private): weak handles to candle tensors, the audited layout assumption.
 //! - `compat` (private): what depends on candle-core's version.
@@ -61,12 +63,14 @@
 
 #![deny(unsafe_code)]
 
+pub mod call_path;
 mod compat;
 mod config;
 mod device;
 mod error;
 pub mod leak_test;
 pub mod memory;
+mod oom;
 mod phase_timing;
 mod probe;
 mod probe_buffer;
@@ -85,6 +89,7 @@ pub use memory::{
 pub use scope::{in_task, AsyncLoopScope, InTask, Iteration, LoopScope};
 pub use site::{Site, SiteKind};
 pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};
+pub use tensor_lifetime_report::{CallFrame, MemoryByRole, PostMortem, Role, RoleSplit};
 pub use tracker::{LiveTensor, SiteTotals};
 
 #[cfg(feature = "macros")]
@@ -117,6 +122,28 @@ pub fn report() -> Report {
         Some(t) => t.report(None),
         None => tensor_lifetime_report::Analysis::default().report(),
     }
+}
+
+/// What is live now: bytes by creation site, role and holder, the largest tensors, the
+/// sites that grew most, and what each device says of its memory (pool used and
+/// reserved, device free: CUDA only). Written automatically, once per process, when a
+/// tracked function returns candle's CUDA out-of-memory error (see `oom.rs`).
+///
+/// An empty post-mortem when tracking is off.
+pub fn post_mortem() -> PostMortem {
+    match tracker::active() {
+        Some(t) => t.post_mortem("requested"),
+        None => PostMortem::default(),
+    }
+}
+
+/// Gives the tensors in `value` the role `role` (see [`Role`]): an optimizer's state kept
+/// outside tracked methods, a batch made by untracked code. A tensor first seen here has
+/// its creation site here; one already tracked takes the role if its own was `other`
+/// or `activation`.
+#[track_caller]
+pub fn mark_role<T: ?Sized>(value: &T, role: Role) {
+    probe::mark(value, site::caller_site("mark_role"), role);
 }
 
 /// The tracked tensors alive now, oldest first.
@@ -177,12 +204,15 @@ macro_rules! async_loop_scope {
 /// What `#[track]` and `#[leak_test]` expand to. Not public API: no stability promise.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::call_path::{enter, CallGuard, FnSite};
     pub use crate::leak_test::LeakTestOptions;
+    pub use crate::oom::Checked;
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
     pub use crate::probe::{store, tag};
     pub use crate::scope::{in_task, AsyncLoopScope, Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
+    pub use tensor_lifetime_report::Role;
 
     /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.
     #[track_caller]

@@ -14,17 +14,23 @@
 
 use crate::site::Site;
 use crate::tracker;
+use candle_core::backprop::GradStore;
 use candle_core::{Error, Tensor, Var};
 use std::any::TypeId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use tensor_lifetime_report::Role;
 
 /// Tags the tensors in `value` with their creation site (first sighting) or an alias.
 #[inline]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
-        visit(value, &mut |x| t.probe(x, site, false));
+        if !grads(value, &mut |x| {
+            t.probe(x, site, false, Some(Role::Gradient))
+        }) {
+            visit(value, &mut |x| t.probe(x, site, false, None));
+        }
     }
 }
 
@@ -32,8 +38,43 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 #[inline]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
-        visit(value, &mut |x| t.probe(x, site, true));
+        if !grads(value, &mut |x| t.probe(x, site, true, Some(Role::Gradient))) {
+            visit(value, &mut |x| t.probe(x, site, true, None));
+        }
     }
+}
+
+/// Tags the tensors in `value` at `site` with `role` (see [`crate::mark_role`]).
+pub(crate) fn mark<T: ?Sized>(value: &T, site: &'static Site, role: Role) {
+    if let Some(t) = tracker::active() {
+        let mut f = |x: &Tensor| t.probe(x, site, false, Some(role));
+        if !grads(value, &mut f) {
+            visit(value, &mut f);
+        }
+    }
+}
+
+/// The tensors of a `GradStore` (what `backward()` returns): gradients. False when
+/// `value` is not one.
+#[inline]
+fn grads<T: ?Sized>(value: &T, f: &mut dyn FnMut(&Tensor)) -> bool {
+    let id = typeid::of::<T>();
+    let ptr = value as *const T as *const ();
+    let store: &GradStore = if id == TypeId::of::<GradStore>() {
+        // SAFETY: `T` is `GradStore` (same `TypeId`), borrowed for this call.
+        unsafe { &*(ptr as *const GradStore) }
+    } else if id == TypeId::of::<&GradStore>() {
+        // SAFETY: `T` is `&GradStore` (same `TypeId`), borrowed for this call.
+        unsafe { *(ptr as *const &GradStore) }
+    } else {
+        return false;
+    };
+    for tensor_id in store.get_ids() {
+        if let Some(t) = store.get_id(*tensor_id) {
+            f(t);
+        }
+    }
+    true
 }
 
 /// Compares `T` with each supported type; on a match, calls `f` on each tensor in it.
@@ -142,6 +183,18 @@ mod tests {
         m.insert("a".to_string(), t.clone());
         assert_eq!(seen(&m), 1);
         assert_eq!(seen(&Var::from_tensor(&t).unwrap()), 1);
+    }
+
+    #[test]
+    fn finds_gradients() {
+        let w = Var::new(&[1f32, 2.0], &candle_core::Device::Cpu).unwrap();
+        let loss = w.as_tensor().sqr().unwrap().sum_all().unwrap();
+        let g = loss.backward().unwrap();
+        let mut n = 0;
+        assert!(grads(&g, &mut |_| n += 1));
+        assert!(grads(&&g, &mut |_| n += 1));
+        assert_eq!(n, 2);
+        assert!(!grads(&w, &mut |_| n += 1));
     }
 
     #[test]

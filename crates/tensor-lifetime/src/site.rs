@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 pub use tensor_lifetime_report::event::SiteKind;
 use tensor_lifetime_report::event::{SiteInfo, SiteNote};
+use tensor_lifetime_report::Role;
 
 /// A static source location plus a label and a kind.
 ///
@@ -29,6 +30,10 @@ pub struct Site {
     /// A loop that fills a local the function returns: that local's name
     /// ([`Site::fills`]).
     pub fills: Option<&'static str>,
+    /// The role of the tensors first seen here, when the place says it (a loop's item is
+    /// an `input`, a store in an `impl Optimizer` is `optimizer_state`): set by `#[track]`
+    /// ([`Site::with_role`]).
+    pub role: Option<Role>,
     id: AtomicU32,
 }
 
@@ -54,6 +59,7 @@ impl Site {
             kind,
             evicted: None,
             fills: None,
+            role: None,
             id: AtomicU32::new(0),
         }
     }
@@ -67,6 +73,12 @@ impl Site {
     /// The same loop site, for a loop that fills `holder`, a local the function returns.
     pub const fn fills(mut self, holder: &'static str) -> Site {
         self.fills = Some(holder);
+        self
+    }
+
+    /// The same site, whose tensors have `role` (see the report crate's `roles` module).
+    pub const fn with_role(mut self, role: Role) -> Site {
+        self.role = Some(role);
         self
     }
 
@@ -110,6 +122,32 @@ impl Site {
             },
         }
     }
+}
+
+/// The site of the caller's place (`#[track_caller]` functions such as
+/// [`crate::mark_role`]), made once per place and kept for the process.
+pub(crate) fn caller_site(label: &'static str) -> &'static Site {
+    use parking_lot::Mutex;
+    use std::collections::HashMap;
+    type Places = HashMap<(&'static str, u32, u32), &'static Site>;
+    static SITES: Mutex<Option<Places>> = Mutex::new(None);
+    let at = std::panic::Location::caller();
+    let key = (at.file(), at.line(), at.column());
+    let mut sites = SITES.lock();
+    sites
+        .get_or_insert_with(HashMap::new)
+        .entry(key)
+        .or_insert_with(|| {
+            Box::leak(Box::new(Site::new(
+                at.file(),
+                at.line(),
+                at.column(),
+                "",
+                "",
+                label,
+                SiteKind::Explicit,
+            )))
+        })
 }
 
 /// A `&'static Site` for the place where it is written.

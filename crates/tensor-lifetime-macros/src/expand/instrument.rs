@@ -37,6 +37,10 @@ pub(super) struct Instrument {
     pub(super) evictions: Evictions,
     /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
     pub(super) returned: Vec<String>,
+    /// A method of an `impl Optimizer`: what it makes is `optimizer_state` (`origin.rs`).
+    pub(super) optimizer: bool,
+    /// The function's arguments (values handed in, not made here).
+    pub(super) args: Vec<String>,
 }
 
 /// Wraps an async body in `in_task` (see [`Instrument::needs_task`]): `{ in_task(async
@@ -84,20 +88,42 @@ impl Instrument {
         }}
     }
 
-    /// A store site into `label`; bounded (`.evicted_at(line, call)`) when the code also
-    /// trims that container.
-    pub(super) fn store_site(&self, span: Span, label: &str) -> TokenStream {
+    /// A store site into `label` of `value`; bounded (`.evicted_at(line, call)`) when the
+    /// code also trims that container.
+    pub(super) fn store_site(&self, span: Span, label: &str, value: &Expr) -> TokenStream {
+        let role = role_tokens(self.made_here(value).then_some("OptimizerState"));
         match self.evictions.0.get(label) {
             Some((at, call)) => {
                 let line = quote_spanned!(*at=> ::core::line!());
-                self.site_with(span, label, Kind::Store, quote!(.evicted_at(#line, #call)))
+                self.site_with(
+                    span,
+                    label,
+                    Kind::Store,
+                    quote!(.evicted_at(#line, #call) #role),
+                )
             }
-            None => self.site(span, label, Kind::Store),
+            None => self.site_with(span, label, Kind::Store, role),
         }
+    }
+
+    /// In an `impl Optimizer`: `value` is made there (not an argument or a place).
+    pub(super) fn made_here(&self, value: &Expr) -> bool {
+        self.optimizer && !is_handed_in(value, &self.args)
     }
 
     /// `tag(&ident, SITE);` for each identifier bound by `pat`.
     pub(super) fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
+        self.binding_tags_as(pat, cfgs, None)
+    }
+
+    /// [`Instrument::binding_tags`] with sites of role `role` (a `Role` variant's name).
+    pub(super) fn binding_tags_as(
+        &self,
+        pat: &Pat,
+        cfgs: &[&Attribute],
+        role: Option<&str>,
+    ) -> Vec<Stmt> {
+        let role = role_tokens(role);
         let mut idents = Vec::new();
         pat_idents(pat, &mut idents);
         idents
@@ -105,7 +131,7 @@ impl Instrument {
             .map(|ident| {
                 let label = ident.to_string();
                 let label = label.strip_prefix("r#").unwrap_or(&label);
-                let site = self.site(ident.span(), label, Kind::Binding);
+                let site = self.site_with(ident.span(), label, Kind::Binding, role.clone());
                 parse_quote! {
                     #(#cfgs)*
                     ::tensor_lifetime::__private::tag(&#ident, #site);
@@ -122,7 +148,7 @@ impl Instrument {
                     return;
                 }
                 if let Some(receiver) = store_place(&a.left) {
-                    let site = self.store_site(a.left.span(), &compact(&receiver));
+                    let site = self.store_site(a.left.span(), &compact(&receiver), &a.right);
                     let right = &a.right;
                     a.right = parse_quote!(::tensor_lifetime::__private::stored(#right, #site));
                     return;
@@ -179,7 +205,7 @@ impl Instrument {
                 if is_pure_place(&call.receiver) {
                     let receiver = call.receiver.clone();
                     let label = compact(&holder(&receiver));
-                    let site = self.store_site(call.method.span(), &label);
+                    let site = self.store_site(call.method.span(), &label, &call.args[0]);
                     let result = local("__tl_result");
                     *expr = parse_quote!({
                         #[allow(clippy::let_unit_value)]
@@ -200,7 +226,7 @@ impl Instrument {
             (receiver, _) => receiver,
         };
         let label = compact(&holder(receiver));
-        let site = self.store_site(call.method.span(), &label);
+        let site = self.store_site(call.method.span(), &label, &call.args[index]);
         let arg = &mut call.args[index];
         if diverges(arg) {
             return;
@@ -247,7 +273,8 @@ impl Instrument {
                 syn::Member::Unnamed(index) => index.index.to_string(),
             };
             let label = format!("{ty}.{member}");
-            let site = self.site(field.expr.span(), &label, Kind::Binding);
+            let role = role_tokens(self.made_here(&field.expr).then_some("OptimizerState"));
+            let site = self.site_with(field.expr.span(), &label, Kind::Binding, role);
             let value = &field.expr;
             field.expr = parse_quote!(::tensor_lifetime::__private::tagged(#value, #site));
             field.colon_token.get_or_insert_with(Default::default);
@@ -299,7 +326,9 @@ impl Instrument {
                     (&f.attrs, &f.label, &f.pat, &f.expr, &f.body);
                 let item = local("__tl_item");
                 let value = local("__tl_value");
-                let tags = self.binding_tags(pat, &[]);
+                // A loop's item is an input (in an optimizer, the parameters it walks).
+                let role = (!self.optimizer).then_some("Input");
+                let tags = self.binding_tags_as(pat, &[], role);
                 parse_quote!({
                     #enter
                     #(#attrs)* #allow #label for #item in #iterable {
@@ -360,7 +389,12 @@ impl VisitMut for Instrument {
                             .iter()
                             .filter(|a| a.path().is_ident("cfg"))
                             .collect();
-                        let tags = self.binding_tags(&local.pat, &cfgs);
+                        let role = if self.optimizer {
+                            self.made_here(&init.expr).then_some("OptimizerState")
+                        } else {
+                            is_batch_call(&init.expr).then_some("Input")
+                        };
+                        let tags = self.binding_tags_as(&local.pat, &cfgs, role);
                         block.stmts.push(stmt);
                         block.stmts.extend(tags);
                         continue;
@@ -439,6 +473,11 @@ impl VisitMut for Instrument {
                 }
             }
             Expr::Repeat(r) => self.visit_expr_mut(&mut r.expr),
+            // `x?`: an error is looked at before it leaves (out of memory, `origin.rs`).
+            Expr::Try(t) => {
+                self.visit_expr_mut(&mut t.expr);
+                *t.expr = checked(&t.expr);
+            }
             _ => visit_mut::visit_expr_mut(self, expr),
         }
     }

@@ -38,16 +38,18 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
-    parse_quote, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem, Item, ItemFn, Pat,
-    ReturnType, Stmt, TraitItem,
+    parse_quote, parse_quote_spanned, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem,
+    Item, ItemFn, Pat, ReturnType, Stmt, TraitItem,
 };
 
 mod containers;
 mod instrument;
+mod origin;
 mod syntax;
 
 use containers::*;
 use instrument::*;
+use origin::*;
 use syntax::*;
 
 /// `#[track]`: instruments a function or every method of an impl block.
@@ -87,6 +89,7 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
         }
         Item::Impl(imp) => {
             let self_name = type_name(&imp.self_ty);
+            let optimizer = is_optimizer_impl(imp);
             // `self.buffer.pop_front()` in one method bounds `self.buffer.push_back(..)`
             // in another.
             let shared = Evictions::of_self(imp.items.iter().filter_map(|i| match i {
@@ -102,7 +105,14 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
                         Some(ty) => format!("{ty}::{}", f.sig.ident),
                         None => f.sig.ident.to_string(),
                     };
-                    instrument_fn(name, self_name.clone(), &shared, &f.sig, &mut f.block);
+                    instrument_method(
+                        name,
+                        self_name.clone(),
+                        &shared,
+                        optimizer,
+                        &f.sig,
+                        &mut f.block,
+                    );
                 }
             }
         }
@@ -299,6 +309,19 @@ fn instrument_fn(
     sig: &syn::Signature,
     block: &mut Block,
 ) {
+    instrument_method(function, self_type, shared, false, sig, block);
+}
+
+/// [`instrument_fn`] for a method of an impl, `optimizer` when the impl is one of
+/// `Optimizer` (what it makes is `optimizer_state`; `origin.rs`).
+fn instrument_method(
+    function: String,
+    self_type: Option<String>,
+    shared: &Evictions,
+    optimizer: bool,
+    sig: &syn::Signature,
+    block: &mut Block,
+) {
     if sig.constness.is_some() {
         return;
     }
@@ -311,11 +334,14 @@ fn instrument_fn(
         self_type,
         evictions,
         returned: returned_locals(block),
+        optimizer,
+        args: fn_args(sig),
     };
     v.visit_block_mut(block);
     if v.needs_task {
         instrument::in_task(block);
     }
+    wrap_body(&v.function, sig, block);
 }
 
 #[cfg(test)]

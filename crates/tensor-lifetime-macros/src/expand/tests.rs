@@ -158,7 +158,12 @@ fn assignments_and_container_calls() {
             while let Some(batch) = rx.recv() {}
         }
     ));
-    assert!(out.contains("tagged ((total + loss) ?"), "{out}");
+    assert!(
+        out.contains(
+            "tagged (:: tensor_lifetime :: __private :: Checked :: checked (total + loss) ?"
+        ),
+        "{out}"
+    );
     assert!(out.contains("tag (& n"), "{out}");
     // `v[next()]` cannot be named twice: left alone.
     assert!(out.contains("v [next ()] += 1 ;"), "{out}");
@@ -174,6 +179,69 @@ fn assignments_and_container_calls() {
     );
     assert!(out.contains("\"map\""), "{out}");
     assert!(out.contains("tag (& batch"), "{out}");
+}
+
+#[test]
+fn origins_guard_and_checks() {
+    let out = expand(quote!(
+        fn train(data: &Data) -> Result<()> {
+            for batch in data.batches() {}
+            let (x, y) = data.next_batch(3)?;
+            run(x)
+        }
+    ));
+    // The call-path guard first, the tail and every `?` checked.
+    assert!(
+        out.contains("{ let __tl_call = :: tensor_lifetime :: __private :: enter"),
+        "{out}"
+    );
+    assert!(out.contains("FnSite :: new (\"train\""), "{out}");
+    assert!(
+        out.contains("Checked :: checked (data . next_batch (3)) ?"),
+        "{out}"
+    );
+    assert!(out.contains("Checked :: checked (run (x)) }"), "{out}");
+    // A loop's item and a batch call's bindings are inputs.
+    assert_eq!(
+        out.matches("with_role (:: tensor_lifetime :: __private :: Role :: Input)")
+            .count(),
+        3,
+        "{out}"
+    );
+
+    let out = expand(quote!(
+        impl Optimizer for Adam {
+            fn new(vars: Vec<Var>, lr: f64) -> Result<Self> {
+                let m = zeros_like(&vars)?;
+                Ok(Adam { vars, m: m.clone(), first: vars.clone(), lr })
+            }
+            fn step(&mut self, grads: &GradStore) -> Result<()> {
+                self.m[0] = update(grads)?;
+                Ok(())
+            }
+        }
+    ));
+    let role = "with_role (:: tensor_lifetime :: __private :: Role :: OptimizerState)";
+    // `m` (made), `self.m` (stored); not `vars`, `m.clone()` of a ... nor the argument's clone.
+    assert!(
+        out.contains(&format!(
+            "\"m\" , :: tensor_lifetime :: __private :: SiteKind :: Binding ,) . {role}"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "\"self.m\" , :: tensor_lifetime :: __private :: SiteKind :: Store ,) . {role}"
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains(&format!(
+            "\"Adam.first\" , :: tensor_lifetime :: __private :: SiteKind :: Binding ,) . {role}"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("FnSite :: new (\"Adam::step\""), "{out}");
 }
 
 #[test]

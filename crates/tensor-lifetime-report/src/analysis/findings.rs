@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 impl Analysis {
     /// The report of the loops of one session (a leak test), or of all.
     pub fn report_for(&self, session: Option<u64>) -> Report {
-        let mut best = self.best_verdicts(session);
+        let (mut best, paths) = self.best_verdicts(session);
         bound_by_graph(&mut best);
         let held = fold_graph_held(&mut best);
         let mut findings: Vec<Finding> = best
@@ -20,7 +20,19 @@ impl Analysis {
                     .get(&site)
                     .map(|v| v.iter().map(|s| self.site_ref(*s)).collect())
                     .unwrap_or_default();
-                self.finding(site, kind, &verdict, held_sites, bound.as_ref())
+                let mut f = self.finding(site, kind, &verdict, held_sites, bound.as_ref());
+                // The paths of the site's other loops too: a helper called from two
+                // loops is one finding with both paths.
+                for id in paths.get(&site).into_iter().flatten() {
+                    let path = self.call_path(*id);
+                    if !path.is_empty()
+                        && f.call_path != path
+                        && !f.other_call_paths.iter().any(|p| p == path)
+                    {
+                        f.other_call_paths.push(path.to_vec());
+                    }
+                }
+                f
             })
             .collect();
         if session.is_none() {
@@ -43,12 +55,15 @@ impl Analysis {
             peak_live_bytes: self.peak_live_bytes,
             sites_seen: self.born.len() as u64,
             memory: self.memory.clone(),
+            memory_by_role: self.memory_by_role(),
+            post_mortem: self.post_mortem.clone(),
         }
     }
 
     /// One verdict per site, of the open frames and the confirmed ones (of `session`, or
     /// all), with its kind and its bound: the most serious kind, then the outermost loop.
-    fn best_verdicts(&self, session: Option<u64>) -> Best {
+    /// Also the call paths of every candidate of each site.
+    fn best_verdicts(&self, session: Option<u64>) -> (Best, BTreeMap<u32, Vec<u32>>) {
         let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
         for ((s, _, site), verdict) in &self.confirmed {
             if session.is_none_or(|want| want == *s) {
@@ -64,7 +79,16 @@ impl Analysis {
             )
         };
         let mut best = Best::new();
+        let mut paths: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (site, mut verdict) in candidates {
+            if !verdict.series.last.call_paths.is_empty() {
+                let known = paths.entry(site).or_default();
+                for id in &verdict.series.last.call_paths {
+                    if !known.contains(id) {
+                        known.push(*id);
+                    }
+                }
+            }
             let bound = self.bound(&verdict);
             let Some(kind) = classify(&verdict, &verdict.judgement, bound.as_ref()) else {
                 continue;
@@ -81,7 +105,7 @@ impl Analysis {
                 best.insert(site, (kind, verdict, bound));
             }
         }
-        best
+        (best, paths)
     }
 
     /// Whether a verdict's survivors are bounded: their main holder is a store into a
@@ -186,6 +210,19 @@ impl Analysis {
             view_bytes: last.view_bytes,
             view_storage_bytes: last.view_storage_bytes,
             held_sites,
+            role: last.role,
+            call_path: last
+                .call_paths
+                .first()
+                .map(|id| self.call_path(*id).to_vec())
+                .unwrap_or_default(),
+            other_call_paths: last
+                .call_paths
+                .iter()
+                .skip(1)
+                .map(|id| self.call_path(*id).to_vec())
+                .filter(|p| !p.is_empty())
+                .collect(),
             hint: match bound {
                 Some(bound) => bound.hint(),
                 None => kind.hint().to_string(),

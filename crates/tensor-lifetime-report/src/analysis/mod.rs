@@ -65,6 +65,7 @@ use crate::event::{Event, MemorySample, SiteInfo, SiteNote, SiteSweep};
 use crate::fast_hash::{HashMap, SiteMap};
 use crate::memory_findings::MemoryFindings;
 use crate::report::{LoopSummary, Report};
+use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
 use std::collections::BTreeMap;
 
 mod findings;
@@ -208,6 +209,12 @@ pub struct Analysis {
     memory: BTreeMap<String, MemorySample>,
     /// Untracked growth and shape churn, judged from memory samples and births.
     memory_findings: MemoryFindings,
+    /// Live bytes by role at the latest iteration end and at the peak.
+    memory_by_role: RoleHistory,
+    /// Call paths by id ([`Event::CallPath`]).
+    call_paths: HashMap<u32, Vec<CallFrame>>,
+    /// The latest post-mortem ([`Event::PostMortem`]).
+    post_mortem: Option<Box<crate::post_mortem::PostMortem>>,
 }
 
 impl Analysis {
@@ -233,6 +240,12 @@ impl Analysis {
         self.memory_findings.apply(event);
         match event {
             Event::Header { .. } | Event::Alias { .. } | Event::Stored { .. } => {}
+            Event::PostMortem { post_mortem, .. } => {
+                self.post_mortem = Some(post_mortem.clone());
+            }
+            Event::CallPath { id, frames } => {
+                self.call_paths.insert(*id, frames.clone());
+            }
             Event::Site { id, info } => {
                 self.sites.insert(*id, info.clone());
             }
@@ -296,8 +309,12 @@ impl Analysis {
                 live_tensors,
                 live_bytes,
                 sites,
+                roles,
                 ..
-            } => self.iteration_end(*frame, *iteration, *live_tensors, *live_bytes, sites),
+            } => {
+                self.memory_by_role.note(roles);
+                self.iteration_end(*frame, *iteration, *live_tensors, *live_bytes, sites)
+            }
             Event::LoopEnd { frame, .. } => self.loop_end(*frame),
             Event::Memory { device, sample, .. } => {
                 self.memory.insert(device.clone(), sample.clone());
@@ -404,7 +421,8 @@ impl Analysis {
     }
 
     /// An iteration end (what [`Event::IterationEnd`] does, without building the event):
-    /// `sites` are its sweep's survivors by site.
+    /// `sites` are its sweep's survivors by site, `roles` its split by role (taken: it
+    /// holds the previous iteration end's split afterwards, to be overwritten).
     pub fn note_iteration_end(
         &mut self,
         frame: u64,
@@ -412,8 +430,10 @@ impl Analysis {
         live_tensors: u64,
         live_bytes: u64,
         sites: &[SiteSweep],
+        roles: &mut Vec<RoleBytes>,
     ) {
         self.memory_findings.iteration_end(frame);
+        self.memory_by_role.note_owned(roles);
         self.iteration_end(frame, iteration, live_tensors, live_bytes, sites);
     }
 
@@ -488,6 +508,16 @@ impl Analysis {
             }
         }
         out
+    }
+
+    /// The frames of call path `id`, outermost first (empty when not declared).
+    pub fn call_path(&self, id: u32) -> &[CallFrame] {
+        self.call_paths.get(&id).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Live bytes by role, now and at the peak.
+    pub fn memory_by_role(&self) -> MemoryByRole {
+        self.memory_by_role.memory_by_role()
     }
 
     /// Live tensors known now (from the latest sweep or born/dropped events).

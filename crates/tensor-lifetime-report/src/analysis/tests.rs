@@ -57,6 +57,7 @@ fn end(frame: u64, iteration: u64, sites: Vec<SiteSweep>) -> Event {
         live_tensors: 0,
         live_bytes: 0,
         sites,
+        roles: Vec::new(),
     }
 }
 

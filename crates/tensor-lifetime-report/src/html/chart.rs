@@ -161,26 +161,12 @@ pub(super) fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
         );
         return;
     }
-    let scale = Scale::fit(timeline, series, &pools);
-    let _ = writeln!(
+    stacked_svg(
         out,
-        "<div class=\"chart\"><svg id=\"timeline\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
-         aria-label=\"live bytes over time, stacked by site\" data-left=\"{LEFT}\" \
-         data-right=\"{}\">",
-        W - RIGHT
-    );
-    y_axis(out, &scale);
-    x_axis(out, &scale);
-    areas(out, timeline, series, &scale);
-    pool_polylines(out, &pools, &scale);
-    if timeline.marks.len() <= MAX_MARKS {
-        marks(out, timeline, &scale);
-    }
-    let _ = write!(
-        out,
-        "<line id=\"crosshair\" x1=\"0\" x2=\"0\" y1=\"{TOP}\" y2=\"{:.1}\" visibility=\"hidden\"/>\n\
-         </svg></div>\n",
-        H - BOTTOM
+        ("timeline", "live bytes over time, stacked by site"),
+        timeline,
+        series,
+        &pools,
     );
     if timeline.stride > 1 {
         let _ = writeln!(
@@ -192,6 +178,40 @@ pub(super) fn chart(out: &mut String, timeline: &Timeline, series: &[Series]) {
             timeline.stride
         );
     }
+}
+
+/// One stacked chart as an SVG: `id` and its label; the main chart (`timeline`) also
+/// has the pools' lines, the iteration marks and the hover crosshair.
+pub(super) fn stacked_svg(
+    out: &mut String,
+    (id, label): (&str, &str),
+    timeline: &Timeline,
+    series: &[Series],
+    pools: &[PoolLine],
+) {
+    let main = id == "timeline";
+    let scale = Scale::fit(timeline, series, pools);
+    let _ = writeln!(
+        out,
+        "<div class=\"chart\"><svg id=\"{id}\" viewBox=\"0 0 {W} {H}\" role=\"img\" \
+         aria-label=\"{label}\" data-left=\"{LEFT}\" data-right=\"{}\">",
+        W - RIGHT
+    );
+    y_axis(out, &scale);
+    x_axis(out, &scale);
+    areas(out, timeline, series, &scale);
+    if main {
+        pool_polylines(out, pools, &scale);
+        if timeline.marks.len() <= MAX_MARKS {
+            marks(out, timeline, &scale);
+        }
+        let _ = writeln!(
+            out,
+            "<line id=\"crosshair\" x1=\"0\" x2=\"0\" y1=\"{TOP}\" y2=\"{:.1}\" visibility=\"hidden\"/>",
+            H - BOTTOM
+        );
+    }
+    out.push_str("</svg></div>\n");
 }
 
 /// The grid and the y axis: bytes in round binary units.

@@ -3,6 +3,8 @@
 //! - a timeline of live bytes at each iteration end, stacked by the top sites plus
 //!   "other", with the pool used and reserved of each device where the log has them and
 //!   the ends of the outermost loop's iterations marked;
+//! - beside it, live bytes at each iteration end stacked by role (parameter, gradient,
+//!   optimizer state, activation, input, other) when the log has them (`roles.rs`);
 //! - the findings table with holders and fix hints;
 //! - the loops and the last memory samples;
 //! - a detail per site: what it made, stored and kept, a sparkline of its live bytes, and
@@ -16,6 +18,7 @@
 
 mod chart;
 mod ranks;
+mod roles;
 
 pub use ranks::render_ranks;
 
@@ -127,6 +130,7 @@ pub fn render(timeline: &Timeline, report: &Report, opts: &HtmlOptions) -> Strin
     out.push_str("<section id=\"timeline-section\"><h2>Live memory over time</h2>\n");
     chart::chart(&mut out, timeline, &series);
     chart::legend(&mut out, timeline, &series);
+    roles::role_chart(&mut out, timeline);
     out.push_str("</section>\n");
 
     findings_table(&mut out, &finding_sites);

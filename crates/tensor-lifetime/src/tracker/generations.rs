@@ -423,6 +423,7 @@ impl State {
             scratch,
             devices,
             gens,
+            roles,
             ..
         } = self;
         let gens = gens.as_mut().expect("generational mode");
@@ -434,6 +435,9 @@ impl State {
         for (key, r) in records.drain() {
             if r.weak.strong_count() == 0 {
                 dropped += 1;
+                // Born and dead within the iteration: a temporary of its role. (The split
+                // of the live bytes by role is that of the latest exact walk.)
+                roles.dead(r.id, r.role, r.storage_bytes);
                 if log {
                     scratch.dead.push(r.id);
                 }

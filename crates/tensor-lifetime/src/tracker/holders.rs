@@ -1,13 +1,14 @@
 //! Who holds the survivors: per site, the summary of a sweep's survivors (counts,
 //! bytes, refcounts, iterations) and their holders, as far as can be known: a store site
 //! seen by the macro, another survivor's autograd graph, a view of a storage another
-//! record owns, or unknown.
+//! record owns, or unknown; and the role and call paths of the survivors.
 
 use super::observe::Observed;
 use super::sweep::{Claim, Scratch, Survivor};
-use super::{FastMap, Record};
+use super::{roles, FastMap, Record};
 use crate::weak;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
+use tensor_lifetime_report::Role;
 
 pub(super) fn summarize_survivors(
     records: &FastMap<usize, Record>,
@@ -35,6 +36,7 @@ pub(super) fn summarize_survivors(
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
     holders.clear();
+    let mut origin = Origin::new();
     let mut used = 0;
     let mut last_iteration = None;
     for r in survivors.iter() {
@@ -42,6 +44,7 @@ pub(super) fn summarize_survivors(
         if used == 0 || out[used - 1].site != site {
             if used > 0 {
                 finish_holders(&mut out[used - 1], holders);
+                origin.finish(&mut out[used - 1]);
             }
             let graph = graphs
                 .as_ref()
@@ -53,18 +56,21 @@ pub(super) fn summarize_survivors(
             // A slot of an earlier sweep: its holders keep their allocation.
             let slot = &mut out[used];
             let kept = std::mem::take(&mut slot.holders);
+            let paths = std::mem::take(&mut slot.call_paths);
             *slot = SiteSweep {
                 site,
                 first_iteration: u64::from(iteration),
                 graph_tensors: graph.tensors,
                 graph_bytes: graph.bytes,
                 holders: kept,
+                call_paths: paths,
                 ..SiteSweep::default()
             };
             used += 1;
             last_iteration = None;
         }
         let a = &mut out[used - 1];
+        origin.add(r.role, r.path);
         a.survivors += 1;
         if last_iteration != Some(iteration) {
             a.iterations += 1;
@@ -100,8 +106,95 @@ pub(super) fn summarize_survivors(
     }
     if used > 0 {
         finish_holders(&mut out[used - 1], holders);
+        origin.finish(&mut out[used - 1]);
     }
     out.truncate(used);
+}
+
+/// The roles and call paths of one site's survivors, counted (no allocation: up to
+/// [`Origin::PATHS`] distinct paths are counted, later ones are not listed).
+#[derive(Default)]
+struct Origin {
+    /// Survivors per role byte (its low bits), counted once a second role is seen.
+    roles: [u32; 8],
+    /// The first survivor's role byte (`NONE` before it), and whether another was seen.
+    first: u8,
+    mixed: bool,
+    /// (path id, survivors) of the first paths seen; paths 0 (none) are not counted.
+    paths: [(u32, u32); Origin::PATHS],
+    used: usize,
+}
+
+impl Origin {
+    const PATHS: usize = 4;
+    const NONE: u8 = u8::MAX;
+
+    fn new() -> Origin {
+        Origin {
+            first: Origin::NONE,
+            ..Origin::default()
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, role: u8, path: u32) {
+        let role = role & !roles::HINTED;
+        if self.first == Origin::NONE {
+            self.first = role;
+        } else if role != self.first || self.mixed {
+            if !self.mixed {
+                // Counted from here: the first role's survivors so far.
+                self.mixed = true;
+                self.roles[usize::from(self.first) & 7] = 1;
+            }
+            self.roles[usize::from(role) & 7] += 1;
+        }
+        if path != 0 {
+            let used = &mut self.paths[..self.used];
+            match used.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, n)) => *n += 1,
+                None if self.used < Origin::PATHS => {
+                    self.paths[self.used] = (path, 1);
+                    self.used += 1;
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Puts the site's role (that of most survivors) and its paths (most first) in its
+    /// summary, and starts over.
+    #[inline]
+    fn finish(&mut self, site: &mut SiteSweep) {
+        let role = if self.mixed {
+            let best = self
+                .roles
+                .iter()
+                .enumerate()
+                .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+                .map_or(Role::Other.index(), |(i, _)| i);
+            self.roles = [0; 8];
+            best as u8
+        } else {
+            self.first
+        };
+        site.role = Some(roles::role(role));
+        let paths = &mut self.paths[..self.used];
+        match (&*paths, site.call_paths.as_slice()) {
+            // The common case: the path of the previous sweep of this slot.
+            ([(p, _)], [q]) if p == q => {}
+            _ => {
+                if paths.len() > 1 {
+                    paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                }
+                site.call_paths.clear();
+                site.call_paths.extend(paths.iter().map(|p| p.0));
+            }
+        }
+        self.first = Origin::NONE;
+        self.mixed = false;
+        self.used = 0;
+    }
 }
 
 /// The autograd graphs among a sweep's survivors.

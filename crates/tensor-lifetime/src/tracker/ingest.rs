@@ -5,13 +5,14 @@
 use super::local::LOCAL;
 use super::loops::Birth;
 use super::observe::{own_bytes, Observed, View};
-use super::{Record, State, Tracker};
+use super::{roles, Record, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
 use candle_core::Tensor;
 use std::sync::atomic::Ordering;
 use tensor_lifetime_report::event::Event;
+use tensor_lifetime_report::Role;
 
 /// One probe's observation, buffered per thread until the next sweep. One cache line,
 /// aligned to one: a probe writes a single line of its ring.
@@ -28,6 +29,10 @@ pub(crate) struct Pending {
     /// the drain looks every probe up, so only a tensor already dropped at the drain is
     /// then counted twice.)
     first: bool,
+    /// The tensor's role byte ([`super::roles`]).
+    pub(super) role: u8,
+    /// The call path when probed ([`crate::call_path`]; 0: none).
+    pub(super) path: u32,
     // u32 like the records' (see [`Record`]): the buffer entry stays small.
     pub(super) frame: u32,
     pub(super) iteration: u32,
@@ -59,10 +64,17 @@ struct Logged {
 }
 
 impl Tracker {
-    /// Records a tensor seen at `site` (a binding, or a store when `store`). Out of line:
-    /// one copy of it for all of a loop body's probes.
+    /// Records a tensor seen at `site` (a binding, or a store when `store`) with a role
+    /// `hint` (else the site's). Out of line: one copy of it for all of a loop body's
+    /// probes.
     #[inline(never)]
-    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool) {
+    pub(crate) fn probe(
+        &'static self,
+        t: &Tensor,
+        site: &'static Site,
+        store: bool,
+        hint: Option<Role>,
+    ) {
         timed(HotPhase::Probe, || {
             // One counter for all threads: its order agrees with every thread's program
             // order and with hand-offs between threads (a tensor made on a loader thread and
@@ -119,6 +131,8 @@ impl Tracker {
                         serial: serial as u32,
                         seq,
                         first,
+                        role: roles::at_probe(t, hint.or(site.role)),
+                        path: crate::call_path::current(),
                         bytes: own_bytes(t),
                         logged,
                     },
@@ -190,6 +204,7 @@ impl State {
         let Some(tensor) = tensor else {
             self.analysis
                 .note_born_dropped(site, frame, iteration, p.bytes);
+            self.roles.temporary(p.role, p.bytes);
             return;
         };
         let (view, storage) = (View::of(&tensor), Observed::of(&tensor));
@@ -210,6 +225,7 @@ impl State {
         let site = self.site_id(p.site);
         let key = p.weak.key();
         if let Some(r) = self.records.get_mut(&key) {
+            roles::upgrade(&mut r.role, p.role);
             if p.store {
                 r.store = site;
                 let tensor = r.id;
@@ -273,6 +289,7 @@ impl State {
                 .insert(key, Record::of(p, id, site, view, storage));
         } else {
             self.emit(Event::Dropped { t_ns, tensor: id });
+            self.roles.temporary(p.role, storage.storage_bytes);
         }
     }
 }

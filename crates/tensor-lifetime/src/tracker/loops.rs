@@ -235,8 +235,12 @@ impl Tracker {
             });
             let duration_ns = t_ns.saturating_sub(started_ns);
             self.monitor_tick(&mut st, t_ns);
+            st.declare_call_paths();
+            let mut roles = st.roles.iteration_end();
             timed(HotPhase::Analysis, || {
                 if st.log.is_some() {
+                    // The log lists the roles that have tensors.
+                    roles.retain(|r| r.tensors + r.temporary_tensors > 0);
                     // The summaries go into the event and come back to the scratch
                     // buffers, which keep their allocations for the next sweep.
                     let event = Event::IterationEnd {
@@ -247,10 +251,13 @@ impl Tracker {
                         live_tensors: sweep.live_tensors,
                         live_bytes: sweep.live_bytes,
                         sites: std::mem::take(&mut st.scratch.sites),
+                        roles,
                     };
                     st.emit_ref(&event);
-                    if let Event::IterationEnd { sites, .. } = event {
+                    if let Event::IterationEnd { sites, roles, .. } = event {
                         st.scratch.sites = sites;
+                        let next_record = st.next_record;
+                        st.roles.put_back(roles, next_record);
                     }
                     st.flush_log();
                 } else {
@@ -263,7 +270,10 @@ impl Tracker {
                         sweep.live_tensors,
                         sweep.live_bytes,
                         &scratch.sites,
+                        &mut roles,
                     );
+                    let next_record = st.next_record;
+                    st.roles.put_back(roles, next_record);
                 }
             });
             trim_vec(&mut st.scratch.sites);
@@ -316,6 +326,18 @@ impl Tracker {
 }
 
 impl State {
+    /// Declares the call paths made since the last declaration (before a summary refers
+    /// to them): a `call_path` event each.
+    pub(super) fn declare_call_paths(&mut self) {
+        let count = crate::call_path::count();
+        while self.declared_paths < count {
+            self.declared_paths += 1;
+            let id = self.declared_paths;
+            let frames = crate::call_path::frames(id);
+            self.emit(Event::CallPath { id, frames });
+        }
+    }
+
     /// `'epoch (file:line)`, or `at file:line` for a loop without a label.
     pub(super) fn frame_label(&self, frame: u64) -> String {
         match self.frames.get(&frame) {

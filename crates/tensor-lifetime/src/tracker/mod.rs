@@ -21,6 +21,8 @@
 //! - [`sweep`]: the walk of the live records at an iteration end; storage claims.
 //! - [`generations`]: young and old records, the round robin over the old, and the
 //!   aggregates that stand in for them between exact walks.
+//! - [`roles`]: each tensor's role (parameter, gradient, ...) and the per-role tally.
+//! - [`post_mortem`]: what is live now, by site, role and holder (out of memory).
 //! - [`holders`]: per-site summaries of survivors and who holds them (stores, graphs,
 //!   views).
 //! - [`monitor`]: the periodic memory monitor, sampled at iteration ends.
@@ -67,11 +69,14 @@ mod loops;
 mod monitor;
 mod observe;
 mod output;
+mod post_mortem;
+mod roles;
 mod sweep;
 
 pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
 pub use output::{LiveTensor, SiteTotals};
+pub(crate) use post_mortem::oom_seen;
 
 use crate::config::Config;
 use crate::device::DeviceId;
@@ -82,6 +87,7 @@ use ingest::Pending;
 use loops::{FrameState, PrimaryLoop, SessionJudgement};
 use observe::{Observed, View};
 use parking_lot::Mutex;
+use roles::RoleTally;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -193,6 +199,10 @@ struct Record {
     /// It owns its storage, as of the walk that turned it old (generational mode:
     /// [`generations`]); true until then.
     owns: bool,
+    /// Its role byte ([`roles`]).
+    role: u8,
+    /// The call path of its first probe ([`crate::call_path`]; 0: none).
+    path: u32,
 }
 
 impl Record {
@@ -214,6 +224,8 @@ impl Record {
             has_graph: view.has_graph,
             serial: p.serial,
             owns: true,
+            role: p.role,
+            path: p.path,
         }
     }
 
@@ -233,6 +245,10 @@ struct State {
     frames: FastMap<u64, FrameState>,
     /// Tracked bytes per device, sorted by device (a handful of devices at most).
     devices: Vec<(DeviceId, DeviceBytes)>,
+    /// Tracked tensors and bytes per role, and the temporaries of the iteration.
+    roles: RoleTally,
+    /// Call paths declared to the analysis (and the log) so far: ids `1..=declared`.
+    declared_paths: u32,
     analysis: Analysis,
     log: Option<BufWriter<File>>,
     log_error: bool,
@@ -292,6 +308,8 @@ impl Tracker {
                 next_record: 1,
                 frames: FastMap::default(),
                 devices: Vec::new(),
+                roles: RoleTally::default(),
+                declared_paths: 0,
                 analysis: Analysis::new(Judgement::default()),
                 log,
                 log_error: false,
@@ -406,7 +424,7 @@ mod tests {
     fn records_stay_small() {
         // The memory budget is 128 bytes per live record, hash table overhead included.
         assert!(
-            std::mem::size_of::<Record>() <= 80,
+            std::mem::size_of::<Record>() <= 72,
             "{}",
             std::mem::size_of::<Record>()
         );

@@ -129,7 +129,7 @@ impl Tracker {
     }
 
     /// The state with every pending probe drained and the records swept (as of now).
-    fn settled(&self) -> (parking_lot::MutexGuard<'_, State>, SweepResult) {
+    pub(super) fn settled(&self) -> (parking_lot::MutexGuard<'_, State>, SweepResult) {
         let mut st = self.state.lock();
         self.drain(&mut st);
         let t_ns = self.now_ns();

@@ -1,7 +1,8 @@
 //! The sweep: at an iteration end (and before every query) one walk of the live records
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
-//! once per storage), tallies bytes per device, and collects the survivors of the ending
-//! frame for [`super::holders`] to summarize by site.
+//! once per storage), tallies bytes per device and per role ([`super::roles`]), and
+//! collects the survivors of the ending frame for [`super::holders`] to summarize by
+//! site.
 //!
 //! # What an iteration end walks (issue 16)
 //!
@@ -28,7 +29,8 @@
 //! together, is known), and when its owner dies its views do not take its bytes over
 //! until the next exact walk; an old record in a young survivor's autograd graph keeps
 //! its own holder (the graph's size is exact); refcounts are those read when a record
-//! turned old. Growth that these hide or add is settled at the next exact walk: a leak
+//! turned old; the split of live tensors and bytes by role is the latest exact walk's
+//! (temporaries are counted at every sweep). Growth that these hide or add is settled at the next exact walk: a leak
 //! may be confirmed at the next enclosing iteration end, not later. Records whose tensor
 //! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
@@ -64,6 +66,8 @@ pub(super) struct Survivor {
     pub(super) store: u32,
     pub(super) refcount: u32,
     pub(super) has_graph: bool,
+    pub(super) role: u8,
+    pub(super) path: u32,
 }
 
 impl Survivor {
@@ -80,6 +84,8 @@ impl Survivor {
             store: r.store,
             refcount: refcount.min(u32::MAX as usize) as u32,
             has_graph: r.has_graph,
+            role: r.role,
+            path: r.path,
         }
     }
 }
@@ -144,6 +150,7 @@ pub(super) struct Claim {
     pub(super) shared: bool,
     bytes: u64,
     device: DeviceId,
+    role: u8,
 }
 
 impl Claim {
@@ -154,6 +161,7 @@ impl Claim {
             shared: false,
             bytes: r.storage_bytes,
             device: r.device,
+            role: r.role,
         }
     }
 }
@@ -190,12 +198,14 @@ impl State {
         for (_, d) in &mut self.devices {
             d.tally = 0;
         }
+        self.roles.reset_bytes();
         let mut live_bytes = 0;
         let mut device = None;
         for c in self.claims.values() {
             live_bytes += c.bytes;
             let d = cached_device_index(&mut self.devices, &mut device, c.device);
             self.devices[d].1.tally += c.bytes;
+            self.roles.bytes(c.role, c.bytes);
         }
         live_bytes
     }
@@ -237,6 +247,7 @@ impl State {
     fn exact_sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> (SweepResult, bool) {
         let total = self.live_len();
         let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
+        let roles = &mut self.roles;
         scratch.dead.clear();
         scratch.survivors.clear();
         let mut live_bytes = 0;
@@ -263,6 +274,7 @@ impl State {
             let refcount = r.weak.strong_count();
             if refcount == 0 {
                 dropped += 1;
+                roles.dead(r.id, r.role, r.storage_bytes);
                 if log {
                     scratch.dead.push(r.id);
                 }
@@ -271,6 +283,7 @@ impl State {
             if Some(r.frame()) == frame {
                 scratch.survivors.push(Survivor::of(*key, r, refcount));
             }
+            roles.tensor(r.role);
             if let Some(c) = claims.as_deref_mut() {
                 claim(c, r);
             } else if let Some(bits) = distinct.as_mut() {
@@ -278,6 +291,7 @@ impl State {
                     live_bytes += r.storage_bytes;
                     let d = cached_device_index(devices, &mut device, r.device);
                     devices[d].1.tally += r.storage_bytes;
+                    roles.bytes(r.role, r.storage_bytes);
                 } else {
                     distinct = None;
                 }
@@ -299,6 +313,7 @@ impl State {
             d.live = std::mem::take(&mut d.tally);
             d.peak = d.peak.max(d.live);
         }
+        self.roles.finish_sweep();
         summarize_survivors(
             &self.records,
             &mut self.scratch,

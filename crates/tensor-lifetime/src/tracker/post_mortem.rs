@@ -1,0 +1,218 @@
+//! The post-mortem: what is live now, by site, role and holder, the largest tensors, the
+//! sites that grew most and what each device says of its memory
+//! ([`tensor_lifetime_report::PostMortem`]). Written once per process, automatically,
+//! when a tracked function returns candle's CUDA out-of-memory error ([`oom_seen`]):
+//! on stderr, into the event log (a `post_mortem` event) and into the JSON report
+//! (`TENSOR_LIFETIME_JSON`, its `post_mortem` field).
+
+use super::{roles, State, Tracker};
+use crate::device::{Counters, DeviceId};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tensor_lifetime_report::event::{Event, MemorySample};
+use tensor_lifetime_report::post_mortem::{
+    DeviceMemory, Growth, HolderBytes, SiteBytes, TensorInfo,
+};
+use tensor_lifetime_report::report::{HolderKind, HolderRef, SiteRef};
+use tensor_lifetime_report::{PostMortem, Role};
+
+/// Sites, holders and tensors listed at most.
+const TOP: usize = 10;
+
+/// Per creation site: bytes, tensors, and the role and path of its first record.
+#[derive(Default)]
+struct SiteTally {
+    bytes: u64,
+    tensors: u64,
+    role: Role,
+    path: u32,
+}
+
+impl Tracker {
+    /// What is live now (see the module docs); `reason` says why it is asked for.
+    pub(crate) fn post_mortem(&self, reason: &str) -> PostMortem {
+        let mut pm = {
+            let (mut st, sweep) = self.settled();
+            st.declare_call_paths();
+            let mut pm = st.live_by_origin();
+            pm.reason = reason.to_string();
+            pm.live_tensors = sweep.live_tensors;
+            pm.live_bytes = sweep.live_bytes;
+            pm.grew_most = st.grew_most();
+            pm.devices = st
+                .devices
+                .iter()
+                .map(|(d, b)| DeviceMemory {
+                    device: d.to_string(),
+                    memory: MemorySample {
+                        tracked: b.live,
+                        ..MemorySample::default()
+                    },
+                })
+                .collect();
+            pm
+        };
+        // The devices' own counters, read without the tracker's lock.
+        let ids: Vec<DeviceId> = self.state.lock().devices.iter().map(|(d, _)| *d).collect();
+        for (d, id) in pm.devices.iter_mut().zip(ids) {
+            if let Ok(c) = Counters::read(id, None) {
+                d.memory = c.sample(d.memory.tracked);
+            }
+        }
+        pm
+    }
+
+    /// Writes the post-mortem everywhere the tracker writes (stderr, the event log, the
+    /// JSON report).
+    pub(crate) fn write_post_mortem(&self, pm: &PostMortem) {
+        eprint!("{pm}");
+        let t_ns = self.now_ns();
+        let report = {
+            let mut st = self.state.lock();
+            st.emit(Event::PostMortem {
+                t_ns,
+                post_mortem: Box::new(pm.clone()),
+            });
+            st.flush_log();
+            st.analysis.report()
+        };
+        if let Some(path) = &self.config.json {
+            if let Err(e) = std::fs::write(path, report.to_json()) {
+                eprintln!(
+                    "tensor-lifetime: cannot write {} (TENSOR_LIFETIME_JSON): {e}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+/// Whether the out-of-memory post-mortem is still to be written (once per process):
+/// true the first time only.
+pub(crate) fn oom_seen() -> bool {
+    static WRITTEN: AtomicBool = AtomicBool::new(false);
+    !WRITTEN.swap(true, Ordering::AcqRel)
+}
+
+impl State {
+    fn site_ref(&self, id: u32) -> SiteRef {
+        match self.analysis.site(id) {
+            Some(info) => SiteRef::from(info),
+            None => SiteRef::default(),
+        }
+    }
+
+    /// Live bytes by site, role and holder, and the largest tensors (each storage counted
+    /// once, for its oldest record).
+    fn live_by_origin(&self) -> PostMortem {
+        let mut records: Vec<_> = self.records.values().collect();
+        records.sort_unstable_by_key(|r| r.id);
+        let mut storages = HashSet::new();
+        let mut sites: Vec<(u32, SiteTally)> = Vec::new();
+        let mut holders: Vec<((HolderKind, u32), (u64, u64))> = Vec::new();
+        let mut pm = PostMortem::default();
+        let mut owners = Vec::new();
+        for r in &records {
+            let owns = storages.insert(r.storage);
+            let bytes = if owns { r.storage_bytes } else { 0 };
+            let role = roles::role(r.role);
+            pm.by_role.add(role, bytes, 1);
+            let s = match sites.iter_mut().find(|(s, _)| *s == r.site) {
+                Some((_, s)) => s,
+                None => {
+                    sites.push((
+                        r.site,
+                        SiteTally {
+                            role,
+                            path: r.path,
+                            ..SiteTally::default()
+                        },
+                    ));
+                    &mut sites.last_mut().expect("just pushed").1
+                }
+            };
+            s.bytes += bytes;
+            s.tensors += 1;
+            let holder = if r.store != 0 {
+                (HolderKind::Store, r.store)
+            } else if !owns {
+                (HolderKind::View, 0)
+            } else {
+                (HolderKind::Unknown, 0)
+            };
+            match holders.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, (b, n))) => (*b, *n) = (*b + bytes, *n + 1),
+                None => holders.push((holder, (bytes, 1))),
+            }
+            if owns {
+                owners.push(*r);
+            }
+        }
+        sites.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+        pm.by_site = sites
+            .iter()
+            .take(TOP)
+            .map(|(id, s)| SiteBytes {
+                site: self.site_ref(*id),
+                role: s.role,
+                bytes: s.bytes,
+                tensors: s.tensors,
+                call_path: self.analysis.call_path(s.path).to_vec(),
+            })
+            .collect();
+        holders.sort_by_key(|h| std::cmp::Reverse(h.1 .0));
+        pm.by_holder = holders
+            .iter()
+            .take(TOP)
+            .map(|((kind, site), (bytes, count))| {
+                let site = (*site != 0).then(|| self.site_ref(*site));
+                HolderBytes {
+                    holder: HolderRef {
+                        kind: *kind,
+                        file: site.as_ref().map(|s| s.file.clone()),
+                        line: site.as_ref().map(|s| s.line),
+                        label: site.map(|s| s.label),
+                        count: *count,
+                    },
+                    bytes: *bytes,
+                }
+            })
+            .collect();
+        owners.sort_by(|a, b| b.storage_bytes.cmp(&a.storage_bytes).then(a.id.cmp(&b.id)));
+        pm.largest = owners
+            .iter()
+            .take(TOP)
+            .filter_map(|r| {
+                let t = r.weak.upgrade()?;
+                Some(TensorInfo {
+                    site: self.site_ref(r.site),
+                    role: roles::role(r.role),
+                    bytes: r.storage_bytes,
+                    shape: t.dims().to_vec(),
+                    dtype: format!("{:?}", t.dtype()).to_lowercase(),
+                    device: r.device.to_string(),
+                    call_path: self.analysis.call_path(r.path).to_vec(),
+                })
+            })
+            .collect();
+        pm
+    }
+
+    /// The findings whose survivors grow, the fastest first.
+    fn grew_most(&self) -> Vec<Growth> {
+        let mut findings = self.analysis.report().findings;
+        findings.retain(|f| f.bytes_per_iteration > 0);
+        findings.sort_by_key(|f| std::cmp::Reverse(f.bytes_per_iteration));
+        findings
+            .into_iter()
+            .take(TOP)
+            .map(|f| Growth {
+                site: f.site,
+                loop_name: f.loop_name,
+                bytes: f.bytes,
+                bytes_per_iteration: f.bytes_per_iteration,
+                call_path: f.call_path,
+            })
+            .collect()
+    }
+}
