@@ -422,9 +422,11 @@ mod tests {
 
     #[test]
     fn records_stay_small() {
-        // The memory budget is 128 bytes per live record, hash table overhead included.
+        // The memory budget is 128 bytes per live record, hash table overhead included:
+        // 80 bytes of record measured 118.8 bytes per live record with the generations'
+        // shards (`bench_loops memory`, docs/performance.md).
         assert!(
-            std::mem::size_of::<Record>() <= 72,
+            std::mem::size_of::<Record>() <= 80,
             "{}",
             std::mem::size_of::<Record>()
         );
