@@ -231,6 +231,8 @@ fn decode(program: &[u8]) -> Vec<Event> {
                         graph_bytes: b.num(),
                         view_bytes: b.num(),
                         view_storage_bytes: b.num(),
+                        role: None,
+                        call_paths: Vec::new(),
                     });
                 }
                 Event::IterationEnd {
