@@ -402,21 +402,38 @@ fn trace(logs: &[LogPath], output: &Path) -> Result<()> {
     let out = create(output)?;
     let mut writer = TraceWriter::new(out, &report.findings)
         .with_context(|| format!("cannot write {}", output.display()))?;
-    scan(log, &progress, "writing", |e| {
-        writer
-            .apply(e)
-            .with_context(|| format!("cannot write {}", output.display()))
-    })?;
-    let written = writer.written();
-    writer
-        .finish()
-        .with_context(|| format!("cannot write {}", output.display()))?;
+    write_trace_events(&mut writer, log, &progress, output)?;
+    let written = finish_trace(writer, output)?;
     wrote(
         &progress,
         output,
         format!("with {} trace events", group(written)),
     );
     Ok(())
+}
+
+/// Writes the events of `log` into the trace.
+fn write_trace_events(
+    writer: &mut TraceWriter<Box<dyn Write>>,
+    log: &LogPath,
+    progress: &Progress,
+    output: &Path,
+) -> Result<()> {
+    scan(log, progress, "writing", |e| {
+        writer
+            .apply(e)
+            .with_context(|| format!("cannot write {}", output.display()))
+    })?;
+    Ok(())
+}
+
+/// Ends the trace; returns how many trace events were written.
+fn finish_trace(writer: TraceWriter<Box<dyn Write>>, output: &Path) -> Result<u64> {
+    let written = writer.written();
+    writer
+        .finish()
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    Ok(written)
 }
 
 /// `trace` of several ranks: one process per rank (pid = rank), each rank's findings as
@@ -441,16 +458,9 @@ fn trace_ranks(logs: &[LogPath], output: &Path) -> Result<()> {
         writer
             .begin_process(number, name, &rank.report.findings)
             .with_context(|| format!("cannot write {}", output.display()))?;
-        scan(log, &progress, "writing", |e| {
-            writer
-                .apply(e)
-                .with_context(|| format!("cannot write {}", output.display()))
-        })?;
+        write_trace_events(&mut writer, log, &progress, output)?;
     }
-    let written = writer.written();
-    writer
-        .finish()
-        .with_context(|| format!("cannot write {}", output.display()))?;
+    let written = finish_trace(writer, output)?;
     wrote(
         &progress,
         output,
