@@ -10,6 +10,7 @@
 //! per device, the bytes they own), added to when a record turns old and taken from when
 //! a walk finds it dead. A full walk rebuilds all of it from the records.
 
+use super::roles::{self, RoleCounts};
 use super::sweep::{device_index, Claim, DeviceBytes, Scratch, SweepResult};
 use super::{FastMap, Record, State};
 use std::collections::VecDeque;
@@ -247,12 +248,13 @@ impl SiteAgg {
 }
 
 /// What the sweeps count of the old records, kept as they change: per frame, its sites'
-/// survivors (sorted by site); per device, the bytes the old records own (in
-/// [`DeviceBytes`]). A count by another key (a role of the bytes) goes beside these,
-/// added and taken in [`Generations::count`].
+/// survivors (sorted by site); per role, the old records and the bytes they own; per
+/// device, the bytes they own (in [`DeviceBytes`]). All are added to and taken from in
+/// [`Generations::count`].
 #[derive(Default)]
 pub(super) struct Aggregates {
     frames: FastMap<u32, Vec<(u32, SiteAgg)>>,
+    roles: RoleCounts,
 }
 
 impl Aggregates {
@@ -294,6 +296,8 @@ impl Generations {
         add: bool,
         refcount: u64,
     ) {
+        let owned = if r.owns { r.storage_bytes } else { 0 };
+        self.aggs.roles.count(r.role, owned, add);
         if r.owns {
             let d = device_index(devices, r.device);
             let old = &mut devices[d].1.old;
@@ -346,6 +350,24 @@ impl State {
         Some(id)
     }
 
+    /// A hinted probe of old record `key`: its role may change ([`roles::upgrade`]), and
+    /// the role aggregates follow.
+    pub(super) fn upgrade_old_role(&mut self, key: usize, serial: u32, probe: u8) {
+        let Some(gens) = self.gens.as_mut() else {
+            return;
+        };
+        let Some(r) = gens.old.get_mut(key, serial) else {
+            return;
+        };
+        let before = r.role;
+        roles::upgrade(&mut r.role, probe);
+        if r.role != before {
+            let owned = if r.owns { r.storage_bytes } else { 0 };
+            gens.aggs.roles.count(before, owned, false);
+            gens.aggs.roles.count(r.role, owned, true);
+        }
+    }
+
     /// The site and id of old record `key`, if it is one.
     pub(super) fn old_record(&mut self, key: usize, serial: u32) -> Option<(u32, u64)> {
         let r = self.gens.as_mut()?.old.get_mut(key, serial)?;
@@ -370,6 +392,7 @@ impl State {
         }
         let gens = self.gens.get_or_insert_with(Generations::default);
         gens.aggs.frames.clear();
+        gens.aggs.roles = RoleCounts::default();
         gens.shared.clear();
         for (storage, c) in self.claims.iter().filter(|(_, c)| c.shared) {
             gens.shared.insert(
@@ -435,8 +458,7 @@ impl State {
         for (key, r) in records.drain() {
             if r.weak.strong_count() == 0 {
                 dropped += 1;
-                // Born and dead within the iteration: a temporary of its role. (The split
-                // of the live bytes by role is that of the latest exact walk.)
+                // Born and dead within the iteration: a temporary of its role.
                 roles.dead(r.id, r.role, r.storage_bytes);
                 if log {
                     scratch.dead.push(r.id);
@@ -462,9 +484,11 @@ impl State {
         for (key, r) in records.iter_mut() {
             let refcount = r.weak.strong_count();
             r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
+            roles.tensor(r.role);
             if r.owns {
                 let d = device_index(devices, r.device);
                 devices[d].1.tally += r.storage_bytes;
+                roles.bytes(r.role, r.storage_bytes);
             }
             if Some(r.frame()) == Some(frame) {
                 scratch
@@ -527,6 +551,9 @@ impl State {
             gens.old.len -= before - shard.len();
             gens.old.shards[i] = shard;
         }
+        // The split by role: the young records walked above and the old ones' aggregates.
+        roles.add_counts(&gens.aggs.roles);
+        roles.finish_sweep();
         let mut live_bytes = 0;
         for (_, d) in devices.iter_mut() {
             d.live = d.old + std::mem::take(&mut d.tally);

@@ -299,6 +299,9 @@ impl State {
     /// alias is logged. False when `key` is no old record.
     #[cold]
     fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
+        if p.role & roles::HINTED != 0 {
+            self.upgrade_old_role(key, p.serial, p.role);
+        }
         if p.store {
             let Some(tensor) = self.store_on_old(key, p.serial, site) else {
                 return false;

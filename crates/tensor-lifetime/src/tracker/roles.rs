@@ -47,6 +47,30 @@ pub(super) fn upgrade(role_code: &mut u8, probe: u8) {
     }
 }
 
+/// Per role: the live tensors and the bytes they own, kept as records change (the old
+/// records of the generational registry, [`super::generations`]), so that a partial
+/// sweep's split by role covers the records it does not walk.
+#[derive(Debug, Default, Clone)]
+pub(super) struct RoleCounts {
+    tensors: [u64; SLOTS],
+    bytes: [u64; SLOTS],
+}
+
+impl RoleCounts {
+    /// Adds (`add` true) or takes one record of role `code` owning `bytes`.
+    #[inline]
+    pub(super) fn count(&mut self, code: u8, bytes: u64, add: bool) {
+        let i = slot(code);
+        if add {
+            self.tensors[i] += 1;
+            self.bytes[i] += bytes;
+        } else {
+            self.tensors[i] = self.tensors[i].saturating_sub(1);
+            self.bytes[i] = self.bytes[i].saturating_sub(bytes);
+        }
+    }
+}
+
 /// Slots of the per-role arrays: the six roles a tensor can have, indexed by the role
 /// byte's low bits (masked, so no bounds check).
 const SLOTS: usize = 8;
@@ -96,6 +120,15 @@ impl RoleTally {
     #[inline]
     pub(super) fn bytes(&mut self, code: u8, bytes: u64) {
         self.bytes[slot(code)] += bytes;
+    }
+
+    /// Adds counts kept elsewhere (the old records a partial sweep does not walk).
+    #[inline]
+    pub(super) fn add_counts(&mut self, counts: &RoleCounts) {
+        for i in 0..SLOTS {
+            self.tensors[i] += counts.tensors[i];
+            self.bytes[i] += counts.bytes[i];
+        }
     }
 
     /// Forgets the bytes counted so far in this sweep (its storages are claimed again).
