@@ -29,7 +29,17 @@ pub(super) struct Old {
     bits: u32,
     len: usize,
     cursor: usize,
+    /// Partial sweeps between two shard walks: doubled (up to [`WALK_EVERY_MAX`]) by a
+    /// walk that finds no dead record, back to 1 when one does.
+    every: u32,
+    /// Partial sweeps left before the next shard walk.
+    wait: u32,
 }
+
+/// The most partial sweeps between two shard walks while old records do not die (a
+/// rollout's observations, a model's weights): a dead old record is still found within
+/// `shards × WALK_EVERY_MAX` inner iteration ends.
+const WALK_EVERY_MAX: u32 = 16;
 
 impl Old {
     #[inline]
@@ -109,6 +119,8 @@ impl Old {
         self.len = 0;
         self.bits = 0;
         self.cursor = 0;
+        self.every = 0;
+        self.wait = 0;
         std::mem::take(&mut self.shards).into_iter().flatten()
     }
 }
@@ -529,9 +541,18 @@ impl State {
         }
         scratch.promote = promote;
         super::sweep::trim_vec(&mut scratch.promote);
-        // One shard of the old records, round robin.
+        // The young map's capacity is that of the most records made between two sweeps
+        // (a dataset or a model built in one iteration): given back, or every drain
+        // walks and clears it.
+        if records.capacity() > Scratch::KEEP && records.len() < Scratch::KEEP / 2 {
+            records.shrink_to(Scratch::KEEP / 2);
+        }
+        // One shard of the old records, round robin; less often while walks find none
+        // dead.
         let n = gens.old.shards.len();
-        if n > 0 {
+        let walk = n > 0 && gens.old.wait == 0;
+        gens.old.wait = gens.old.wait.saturating_sub(1);
+        if walk {
             let i = gens.old.cursor % n;
             gens.old.cursor = (i + 1) % n;
             let mut shard = std::mem::take(&mut gens.old.shards[i]);
@@ -548,8 +569,16 @@ impl State {
                 }
                 true
             });
-            gens.old.len -= before - shard.len();
+            let found = before - shard.len();
+            gens.old.len -= found;
             gens.old.shards[i] = shard;
+            let old = &mut gens.old;
+            old.every = if found > 0 {
+                1
+            } else {
+                (old.every * 2).clamp(1, WALK_EVERY_MAX)
+            };
+            old.wait = old.every - 1;
         }
         // The split by role: the young records walked above and the old ones' aggregates.
         roles.add_counts(&gens.aggs.roles);

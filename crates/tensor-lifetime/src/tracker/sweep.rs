@@ -14,8 +14,10 @@
 //! - **Partial sweep** (an inner iteration end with more records alive,
 //!   [`super::generations`]): the *young* records (made since the latest sweep, and those
 //!   whose tensor had an autograd op) are walked and, but for the latter, turned *old*;
-//!   then one shard of at most 28 old records, round robin. The cost is what changed
-//!   since the last sweep plus a bounded amount, whatever is alive.
+//!   then one shard of at most 28 old records, round robin: at every partial sweep
+//!   while the walks find dead records, and up to every 16th while they find none (the
+//!   interval doubles after each walk that finds none). The cost is what changed since
+//!   the last sweep plus a bounded amount, whatever is alive.
 //! - **Aggregates** stand in for the old records: per (frame, site) survivors, their
 //!   iterations, bytes and holders, and per device the bytes they own, added when a
 //!   record turns old, moved when a store is seen on it, taken when a walk finds it dead,
@@ -23,14 +25,14 @@
 //!
 //! Between two exact walks the summaries are those of an exact walk except for:
 //! an old record dead but not yet reached by the round robin still counts (survivors,
-//! bytes, device bytes and their peak) for up to (old records / 28) inner iteration ends;
+//! bytes, device bytes, their split by role and their peak) for up to 16 × (old records
+//! / 14) inner iteration ends;
 //! a storage shared between an old record and a record made after the latest exact walk
 //! is counted for both (only sharing seen at that walk, or among records turned old
 //! together, is known), and when its owner dies its views do not take its bytes over
 //! until the next exact walk; an old record in a young survivor's autograd graph keeps
 //! its own holder (the graph's size is exact); refcounts are those read when a record
-//! turned old; the split of live tensors and bytes by role is the latest exact walk's
-//! (temporaries are counted at every sweep). Growth that these hide or add is settled at the next exact walk: a leak
+//! turned old. Growth that these hide or add is settled at the next exact walk: a leak
 //! may be confirmed at the next enclosing iteration end, not later. Records whose tensor
 //! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
