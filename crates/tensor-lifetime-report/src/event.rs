@@ -8,6 +8,8 @@
 //! (a crashed run) is reported as [`ReadOutcome::Truncated`] and reading stops there with
 //! everything before it intact; any other bad line is a [`ReadError`] naming the line.
 
+mod line;
+
 use crate::roles::{CallFrame, Role, RoleBytes};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -371,8 +373,12 @@ impl Event {
         }
     }
 
-    /// Appends this event as one JSON line.
+    /// Appends this event as one JSON line (the per-step events by hand, [`line`]; the
+    /// others through `serde_json`).
     pub fn write_line(&self, out: &mut impl io::Write) -> io::Result<()> {
+        if line::write_step_event(self, out)? {
+            return Ok(());
+        }
         serde_json::to_writer(&mut *out, self).map_err(io::Error::other)?;
         out.write_all(b"\n")
     }

@@ -259,7 +259,7 @@ impl Tracker {
                         let next_record = st.next_record;
                         st.roles.put_back(roles, next_record);
                     }
-                    st.flush_log();
+                    st.flush_log_at_iteration_end(t_ns, outermost);
                 } else {
                     let State {
                         analysis, scratch, ..

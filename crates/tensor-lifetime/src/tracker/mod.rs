@@ -252,6 +252,8 @@ struct State {
     analysis: Analysis,
     log: Option<BufWriter<File>>,
     log_error: bool,
+    /// When the log was last flushed at an inner iteration end (`t_ns`).
+    log_flushed_ns: u64,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
     /// The old records and the aggregates of the generational mode (more than
@@ -313,6 +315,7 @@ impl Tracker {
                 analysis: Analysis::new(Judgement::default()),
                 log,
                 log_error: false,
+                log_flushed_ns: 0,
                 scratch: Scratch::default(),
                 gens: None,
                 exact_max,
@@ -342,6 +345,9 @@ impl Tracker {
         }
     }
 }
+
+/// The longest an inner iteration end's events wait in the log's buffer (50 ms).
+const LOG_FLUSH_EVERY_NS: u64 = 50_000_000;
 
 impl State {
     #[inline]
@@ -395,6 +401,16 @@ impl State {
     fn flush_log(&mut self) {
         if let Some(w) = self.log.as_mut() {
             let _ = w.flush();
+        }
+    }
+
+    /// At an iteration end at `t_ns`: the log is flushed at every outermost one, and at
+    /// an inner one when [`LOG_FLUSH_EVERY_NS`] have passed since the last flush there
+    /// (a write per inner step would cost a rollout's step more than the step itself).
+    fn flush_log_at_iteration_end(&mut self, t_ns: u64, outermost: bool) {
+        if outermost || t_ns.saturating_sub(self.log_flushed_ns) >= LOG_FLUSH_EVERY_NS {
+            self.log_flushed_ns = t_ns;
+            self.flush_log();
         }
     }
 }

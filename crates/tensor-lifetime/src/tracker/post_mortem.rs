@@ -105,7 +105,7 @@ impl State {
     /// Live bytes by site, role and holder, and the largest tensors (each storage counted
     /// once, for its oldest record).
     fn live_by_origin(&self) -> PostMortem {
-        let mut records: Vec<_> = self.records.values().collect();
+        let mut records: Vec<_> = self.all_records().collect();
         records.sort_unstable_by_key(|r| r.id);
         let mut storages = HashSet::new();
         let mut sites: Vec<(u32, SiteTally)> = Vec::new();

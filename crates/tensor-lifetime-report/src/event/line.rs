@@ -1,0 +1,402 @@
+//! The JSON lines of the events a tracked loop writes at every step (births, drops,
+//! stores, aliases, iteration ends), written by hand: the same bytes as `serde_json`
+//! writes (`tests` below compare them), without its escaping of every key, which cost more
+//! than a short training step (docs/performance.md, the event log on the rollout loop).
+//! Every other event goes through `serde_json`.
+
+use super::{Event, HolderCount, HolderSpec, SiteSweep};
+use crate::roles::RoleBytes;
+use std::io::{self, Write};
+
+/// Writes `event` as one JSON line if it is one of the per-step events; false (nothing
+/// written) for the others.
+pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Result<bool> {
+    let mut w = Line { out };
+    match event {
+        Event::Born {
+            t_ns,
+            tensor,
+            site,
+            frame,
+            iteration,
+            bytes,
+            storage,
+            shape,
+            dtype,
+            device,
+            thread,
+        } => {
+            w.raw(b"{\"event\":\"born\",\"t_ns\":")?;
+            w.int(*t_ns)?;
+            w.key_int(b"tensor", *tensor)?;
+            w.key_int(b"site", u64::from(*site))?;
+            if let Some(frame) = frame {
+                w.key_int(b"frame", *frame)?;
+            }
+            w.key_int(b"iteration", *iteration)?;
+            w.key_int(b"bytes", *bytes)?;
+            w.key_int(b"storage", *storage)?;
+            if let Some(shape) = shape {
+                w.raw(b",\"shape\":[")?;
+                for (i, d) in shape.iter().enumerate() {
+                    if i > 0 {
+                        w.raw(b",")?;
+                    }
+                    w.int(*d as u64)?;
+                }
+                w.raw(b"]")?;
+            }
+            w.raw(b",\"dtype\":")?;
+            w.string(dtype)?;
+            w.raw(b",\"device\":")?;
+            w.string(device)?;
+            w.key_int(b"thread", *thread)?;
+        }
+        Event::Alias { tensor, site } => {
+            w.raw(b"{\"event\":\"alias\",\"tensor\":")?;
+            w.int(*tensor)?;
+            w.key_int(b"site", u64::from(*site))?;
+        }
+        Event::Stored { t_ns, tensor, site } => {
+            w.raw(b"{\"event\":\"stored\",\"t_ns\":")?;
+            w.int(*t_ns)?;
+            w.key_int(b"tensor", *tensor)?;
+            w.key_int(b"site", u64::from(*site))?;
+        }
+        Event::Dropped { t_ns, tensor } => {
+            w.raw(b"{\"event\":\"dropped\",\"t_ns\":")?;
+            w.int(*t_ns)?;
+            w.key_int(b"tensor", *tensor)?;
+        }
+        Event::IterationEnd {
+            t_ns,
+            frame,
+            iteration,
+            duration_ns,
+            live_tensors,
+            live_bytes,
+            sites,
+            roles,
+        } => {
+            w.raw(b"{\"event\":\"iteration_end\",\"t_ns\":")?;
+            w.int(*t_ns)?;
+            w.key_int(b"frame", *frame)?;
+            w.key_int(b"iteration", *iteration)?;
+            w.key_int(b"duration_ns", *duration_ns)?;
+            w.key_int(b"live_tensors", *live_tensors)?;
+            w.key_int(b"live_bytes", *live_bytes)?;
+            if !sites.is_empty() {
+                w.raw(b",\"sites\":[")?;
+                for (i, s) in sites.iter().enumerate() {
+                    if i > 0 {
+                        w.raw(b",")?;
+                    }
+                    w.site_sweep(s)?;
+                }
+                w.raw(b"]")?;
+            }
+            if !roles.is_empty() {
+                w.raw(b",\"roles\":[")?;
+                for (i, r) in roles.iter().enumerate() {
+                    if i > 0 {
+                        w.raw(b",")?;
+                    }
+                    w.role_bytes(r)?;
+                }
+                w.raw(b"]")?;
+            }
+        }
+        _ => return Ok(false),
+    }
+    w.raw(b"}\n")?;
+    Ok(true)
+}
+
+/// A line being written.
+struct Line<'a, W: Write> {
+    out: &'a mut W,
+}
+
+impl<W: Write> Line<'_, W> {
+    #[inline]
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    /// An unsigned integer, in decimal.
+    #[inline]
+    fn int(&mut self, mut v: u64) -> io::Result<()> {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.out.write_all(&buf[i..])
+    }
+
+    /// `,"key":v` (keys are identifiers: nothing to escape).
+    #[inline]
+    fn key_int(&mut self, key: &[u8], v: u64) -> io::Result<()> {
+        self.raw(b",\"")?;
+        self.raw(key)?;
+        self.raw(b"\":")?;
+        self.int(v)
+    }
+
+    /// A JSON string, escaped as `serde_json` escapes it.
+    fn string(&mut self, s: &str) -> io::Result<()> {
+        if s.bytes()
+            .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
+        {
+            self.raw(b"\"")?;
+            self.raw(s.as_bytes())?;
+            self.raw(b"\"")
+        } else {
+            serde_json::to_writer(&mut *self.out, s).map_err(io::Error::other)
+        }
+    }
+
+    fn site_sweep(&mut self, s: &SiteSweep) -> io::Result<()> {
+        let SiteSweep {
+            site,
+            survivors,
+            bytes,
+            iterations,
+            first_iteration,
+            last_iteration,
+            refcount,
+            holders,
+            graph_tensors,
+            graph_bytes,
+            view_bytes,
+            view_storage_bytes,
+            role,
+            call_paths,
+        } = s;
+        self.raw(b"{\"site\":")?;
+        self.int(u64::from(*site))?;
+        self.key_int(b"survivors", *survivors)?;
+        self.key_int(b"bytes", *bytes)?;
+        self.key_int(b"iterations", *iterations)?;
+        self.key_int(b"first_iteration", *first_iteration)?;
+        self.key_int(b"last_iteration", *last_iteration)?;
+        self.key_int(b"refcount", *refcount)?;
+        if !holders.is_empty() {
+            self.raw(b",\"holders\":[")?;
+            for (i, h) in holders.iter().enumerate() {
+                if i > 0 {
+                    self.raw(b",")?;
+                }
+                self.holder(h)?;
+            }
+            self.raw(b"]")?;
+        }
+        for (key, v) in [
+            (&b"graph_tensors"[..], *graph_tensors),
+            (b"graph_bytes", *graph_bytes),
+            (b"view_bytes", *view_bytes),
+            (b"view_storage_bytes", *view_storage_bytes),
+        ] {
+            if v != 0 {
+                self.key_int(key, v)?;
+            }
+        }
+        if let Some(role) = role {
+            self.raw(b",\"role\":\"")?;
+            self.raw(role.as_str().as_bytes())?;
+            self.raw(b"\"")?;
+        }
+        if !call_paths.is_empty() {
+            self.raw(b",\"call_paths\":[")?;
+            for (i, p) in call_paths.iter().enumerate() {
+                if i > 0 {
+                    self.raw(b",")?;
+                }
+                self.int(u64::from(*p))?;
+            }
+            self.raw(b"]")?;
+        }
+        self.raw(b"}")
+    }
+
+    fn holder(&mut self, h: &HolderCount) -> io::Result<()> {
+        let (kind, site): (&[u8], _) = match h.holder {
+            HolderSpec::Store { site } => (b"store", Some(site)),
+            HolderSpec::Graph { site } => (b"graph", Some(site)),
+            HolderSpec::View { site } => (b"view", Some(site)),
+            HolderSpec::Unknown => (b"unknown", None),
+        };
+        self.raw(b"{\"kind\":\"")?;
+        self.raw(kind)?;
+        self.raw(b"\"")?;
+        if let Some(site) = site {
+            self.key_int(b"site", u64::from(site))?;
+        }
+        self.key_int(b"count", h.count)?;
+        self.raw(b"}")
+    }
+
+    fn role_bytes(&mut self, r: &RoleBytes) -> io::Result<()> {
+        self.raw(b"{\"role\":\"")?;
+        self.raw(r.role.as_str().as_bytes())?;
+        self.raw(b"\"")?;
+        self.key_int(b"bytes", r.bytes)?;
+        self.key_int(b"tensors", r.tensors)?;
+        if r.temporary_bytes != 0 {
+            self.key_int(b"temporary_bytes", r.temporary_bytes)?;
+        }
+        if r.temporary_tensors != 0 {
+            self.key_int(b"temporary_tensors", r.temporary_tensors)?;
+        }
+        self.raw(b"}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roles::Role;
+
+    /// The line serde_json writes.
+    fn serde_line(e: &Event) -> Vec<u8> {
+        let mut v = serde_json::to_vec(e).unwrap();
+        v.push(b'\n');
+        v
+    }
+
+    fn fast_line(e: &Event) -> Vec<u8> {
+        let mut v = Vec::new();
+        assert!(
+            write_step_event(e, &mut v).unwrap(),
+            "{e:?} is a step event"
+        );
+        v
+    }
+
+    fn sweep(site: u32, full: bool) -> SiteSweep {
+        SiteSweep {
+            site,
+            survivors: 3,
+            bytes: u64::MAX,
+            iterations: 0,
+            first_iteration: 10,
+            last_iteration: 12,
+            refcount: 2,
+            holders: if full {
+                vec![
+                    HolderCount {
+                        holder: HolderSpec::Store { site: 4 },
+                        count: 2,
+                    },
+                    HolderCount {
+                        holder: HolderSpec::Graph { site: 0 },
+                        count: 1,
+                    },
+                    HolderCount {
+                        holder: HolderSpec::View { site: 9 },
+                        count: 1,
+                    },
+                    HolderCount {
+                        holder: HolderSpec::Unknown,
+                        count: 7,
+                    },
+                ]
+            } else {
+                Vec::new()
+            },
+            graph_tensors: if full { 5 } else { 0 },
+            graph_bytes: if full { 1 << 40 } else { 0 },
+            view_bytes: if full { 64 } else { 0 },
+            view_storage_bytes: if full { 4096 } else { 0 },
+            role: full.then_some(Role::OptimizerState),
+            call_paths: if full { vec![1, 30] } else { Vec::new() },
+        }
+    }
+
+    #[test]
+    fn step_events_are_the_lines_serde_json_writes() {
+        let mut events = vec![
+            Event::Alias { tensor: 0, site: 1 },
+            Event::Stored {
+                t_ns: 1,
+                tensor: 99,
+                site: u32::MAX,
+            },
+            Event::Dropped {
+                t_ns: u64::MAX,
+                tensor: 10,
+            },
+        ];
+        for (frame, shape, dtype, device) in [
+            (None, None, "f32", "cpu"),
+            (Some(3), Some(vec![]), "bf16", "cuda:0"),
+            (Some(0), Some(vec![16, 1, 4096]), "u8", "we\"ird\\\n\u{7f}é"),
+        ] {
+            events.push(Event::Born {
+                t_ns: 123_456_789,
+                tensor: 7,
+                site: 2,
+                frame,
+                iteration: 41,
+                bytes: 1 << 33,
+                storage: 0x7f00_dead_beef,
+                shape,
+                dtype: dtype.into(),
+                device: device.into(),
+                thread: 1,
+            });
+        }
+        for (sites, roles) in [
+            (vec![], vec![]),
+            (vec![sweep(1, false)], vec![]),
+            (
+                vec![sweep(1, true), sweep(2, false)],
+                Role::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, role)| RoleBytes {
+                        role: *role,
+                        bytes: i as u64 * 1000,
+                        tensors: i as u64,
+                        temporary_bytes: if i % 2 == 0 { 0 } else { 12 },
+                        temporary_tensors: if i % 3 == 0 { 0 } else { 1 },
+                    })
+                    .collect(),
+            ),
+        ] {
+            events.push(Event::IterationEnd {
+                t_ns: 5,
+                frame: 2,
+                iteration: 0,
+                duration_ns: 1_000_000_007,
+                live_tensors: 12,
+                live_bytes: 0,
+                sites,
+                roles,
+            });
+        }
+        for e in &events {
+            assert_eq!(
+                String::from_utf8(fast_line(e)).unwrap(),
+                String::from_utf8(serde_line(e)).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn other_events_are_left_to_serde_json() {
+        let e = Event::LoopEnd {
+            t_ns: 1,
+            frame: 2,
+            iterations: 3,
+        };
+        let mut v = Vec::new();
+        assert!(!write_step_event(&e, &mut v).unwrap());
+        assert!(v.is_empty());
+    }
+}
