@@ -11,7 +11,11 @@ use std::io::{self, Write};
 /// Writes `event` as one JSON line if it is one of the per-step events; false (nothing
 /// written) for the others.
 pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Result<bool> {
-    let mut w = Line { out };
+    let mut w = Line {
+        out,
+        buf: [0; LINE_BUF],
+        len: 0,
+    };
     match event {
         Event::Born {
             t_ns,
@@ -28,14 +32,14 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
         } => {
             w.raw(b"{\"event\":\"born\",\"t_ns\":")?;
             w.int(*t_ns)?;
-            w.key_int(b"tensor", *tensor)?;
-            w.key_int(b"site", u64::from(*site))?;
+            w.key_int(b",\"tensor\":", *tensor)?;
+            w.key_int(b",\"site\":", u64::from(*site))?;
             if let Some(frame) = frame {
-                w.key_int(b"frame", *frame)?;
+                w.key_int(b",\"frame\":", *frame)?;
             }
-            w.key_int(b"iteration", *iteration)?;
-            w.key_int(b"bytes", *bytes)?;
-            w.key_int(b"storage", *storage)?;
+            w.key_int(b",\"iteration\":", *iteration)?;
+            w.key_int(b",\"bytes\":", *bytes)?;
+            w.key_int(b",\"storage\":", *storage)?;
             if let Some(shape) = shape {
                 w.raw(b",\"shape\":[")?;
                 for (i, d) in shape.iter().enumerate() {
@@ -50,23 +54,23 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             w.string(dtype)?;
             w.raw(b",\"device\":")?;
             w.string(device)?;
-            w.key_int(b"thread", *thread)?;
+            w.key_int(b",\"thread\":", *thread)?;
         }
         Event::Alias { tensor, site } => {
             w.raw(b"{\"event\":\"alias\",\"tensor\":")?;
             w.int(*tensor)?;
-            w.key_int(b"site", u64::from(*site))?;
+            w.key_int(b",\"site\":", u64::from(*site))?;
         }
         Event::Stored { t_ns, tensor, site } => {
             w.raw(b"{\"event\":\"stored\",\"t_ns\":")?;
             w.int(*t_ns)?;
-            w.key_int(b"tensor", *tensor)?;
-            w.key_int(b"site", u64::from(*site))?;
+            w.key_int(b",\"tensor\":", *tensor)?;
+            w.key_int(b",\"site\":", u64::from(*site))?;
         }
         Event::Dropped { t_ns, tensor } => {
             w.raw(b"{\"event\":\"dropped\",\"t_ns\":")?;
             w.int(*t_ns)?;
-            w.key_int(b"tensor", *tensor)?;
+            w.key_int(b",\"tensor\":", *tensor)?;
         }
         Event::IterationEnd {
             t_ns,
@@ -80,11 +84,11 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
         } => {
             w.raw(b"{\"event\":\"iteration_end\",\"t_ns\":")?;
             w.int(*t_ns)?;
-            w.key_int(b"frame", *frame)?;
-            w.key_int(b"iteration", *iteration)?;
-            w.key_int(b"duration_ns", *duration_ns)?;
-            w.key_int(b"live_tensors", *live_tensors)?;
-            w.key_int(b"live_bytes", *live_bytes)?;
+            w.key_int(b",\"frame\":", *frame)?;
+            w.key_int(b",\"iteration\":", *iteration)?;
+            w.key_int(b",\"duration_ns\":", *duration_ns)?;
+            w.key_int(b",\"live_tensors\":", *live_tensors)?;
+            w.key_int(b",\"live_bytes\":", *live_bytes)?;
             if !sites.is_empty() {
                 w.raw(b",\"sites\":[")?;
                 for (i, s) in sites.iter().enumerate() {
@@ -109,42 +113,78 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
         _ => return Ok(false),
     }
     w.raw(b"}\n")?;
+    w.flush()?;
     Ok(true)
 }
 
-/// A line being written.
+/// Bytes of a line gathered before they go to the writer (one `write_all` for most lines).
+const LINE_BUF: usize = 512;
+
+/// A line being written, gathered in a buffer on the stack.
 struct Line<'a, W: Write> {
     out: &'a mut W,
+    buf: [u8; LINE_BUF],
+    len: usize,
 }
 
+/// `"00"` to `"99"`.
+const DIGITS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 impl<W: Write> Line<'_, W> {
-    #[inline]
-    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.out.write_all(bytes)
+    /// Hands the gathered bytes to the writer.
+    fn flush(&mut self) -> io::Result<()> {
+        let n = std::mem::take(&mut self.len);
+        self.out.write_all(&self.buf[..n])
     }
 
-    /// An unsigned integer, in decimal.
-    #[inline]
-    fn int(&mut self, mut v: u64) -> io::Result<()> {
-        let mut buf = [0u8; 20];
-        let mut i = buf.len();
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
+    #[inline(always)]
+    fn raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.len + bytes.len() > LINE_BUF {
+            self.flush()?;
+            if bytes.len() > LINE_BUF {
+                return self.out.write_all(bytes);
             }
         }
-        self.out.write_all(&buf[i..])
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        Ok(())
     }
 
-    /// `,"key":v` (keys are identifiers: nothing to escape).
+    /// An unsigned integer, in decimal, written in place (two digits at a time).
     #[inline]
+    fn int(&mut self, mut v: u64) -> io::Result<()> {
+        if self.len + 20 > LINE_BUF {
+            self.flush()?;
+        }
+        let digits = v.checked_ilog10().unwrap_or(0) as usize + 1;
+        let mut i = self.len + digits;
+        self.len = i;
+        while v >= 100 {
+            let d = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            self.buf[i] = DIGITS[d];
+            self.buf[i + 1] = DIGITS[d + 1];
+        }
+        if v >= 10 {
+            let d = v as usize * 2;
+            self.buf[i - 2] = DIGITS[d];
+            self.buf[i - 1] = DIGITS[d + 1];
+        } else {
+            self.buf[i - 1] = b'0' + v as u8;
+        }
+        Ok(())
+    }
+
+    /// `,"key":v`: `key` is the whole prefix (keys are identifiers: nothing to escape).
+    #[inline(always)]
     fn key_int(&mut self, key: &[u8], v: u64) -> io::Result<()> {
-        self.raw(b",\"")?;
         self.raw(key)?;
-        self.raw(b"\":")?;
         self.int(v)
     }
 
@@ -157,6 +197,7 @@ impl<W: Write> Line<'_, W> {
             self.raw(s.as_bytes())?;
             self.raw(b"\"")
         } else {
+            self.flush()?;
             serde_json::to_writer(&mut *self.out, s).map_err(io::Error::other)
         }
     }
@@ -180,12 +221,12 @@ impl<W: Write> Line<'_, W> {
         } = s;
         self.raw(b"{\"site\":")?;
         self.int(u64::from(*site))?;
-        self.key_int(b"survivors", *survivors)?;
-        self.key_int(b"bytes", *bytes)?;
-        self.key_int(b"iterations", *iterations)?;
-        self.key_int(b"first_iteration", *first_iteration)?;
-        self.key_int(b"last_iteration", *last_iteration)?;
-        self.key_int(b"refcount", *refcount)?;
+        self.key_int(b",\"survivors\":", *survivors)?;
+        self.key_int(b",\"bytes\":", *bytes)?;
+        self.key_int(b",\"iterations\":", *iterations)?;
+        self.key_int(b",\"first_iteration\":", *first_iteration)?;
+        self.key_int(b",\"last_iteration\":", *last_iteration)?;
+        self.key_int(b",\"refcount\":", *refcount)?;
         if !holders.is_empty() {
             self.raw(b",\"holders\":[")?;
             for (i, h) in holders.iter().enumerate() {
@@ -197,10 +238,10 @@ impl<W: Write> Line<'_, W> {
             self.raw(b"]")?;
         }
         for (key, v) in [
-            (&b"graph_tensors"[..], *graph_tensors),
-            (b"graph_bytes", *graph_bytes),
-            (b"view_bytes", *view_bytes),
-            (b"view_storage_bytes", *view_storage_bytes),
+            (&b",\"graph_tensors\":"[..], *graph_tensors),
+            (b",\"graph_bytes\":", *graph_bytes),
+            (b",\"view_bytes\":", *view_bytes),
+            (b",\"view_storage_bytes\":", *view_storage_bytes),
         ] {
             if v != 0 {
                 self.key_int(key, v)?;
@@ -235,9 +276,9 @@ impl<W: Write> Line<'_, W> {
         self.raw(kind)?;
         self.raw(b"\"")?;
         if let Some(site) = site {
-            self.key_int(b"site", u64::from(site))?;
+            self.key_int(b",\"site\":", u64::from(site))?;
         }
-        self.key_int(b"count", h.count)?;
+        self.key_int(b",\"count\":", h.count)?;
         self.raw(b"}")
     }
 
@@ -245,13 +286,13 @@ impl<W: Write> Line<'_, W> {
         self.raw(b"{\"role\":\"")?;
         self.raw(r.role.as_str().as_bytes())?;
         self.raw(b"\"")?;
-        self.key_int(b"bytes", r.bytes)?;
-        self.key_int(b"tensors", r.tensors)?;
+        self.key_int(b",\"bytes\":", r.bytes)?;
+        self.key_int(b",\"tensors\":", r.tensors)?;
         if r.temporary_bytes != 0 {
-            self.key_int(b"temporary_bytes", r.temporary_bytes)?;
+            self.key_int(b",\"temporary_bytes\":", r.temporary_bytes)?;
         }
         if r.temporary_tensors != 0 {
-            self.key_int(b"temporary_tensors", r.temporary_tensors)?;
+            self.key_int(b",\"temporary_tensors\":", r.temporary_tensors)?;
         }
         self.raw(b"}")
     }
@@ -353,6 +394,8 @@ mod tests {
         }
         for (sites, roles) in [
             (vec![], vec![]),
+            // Longer than the line's buffer.
+            ((0..20).map(|i| sweep(i, i % 2 == 0)).collect(), vec![]),
             (vec![sweep(1, false)], vec![]),
             (
                 vec![sweep(1, true), sweep(2, false)],

@@ -10,6 +10,7 @@ use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
 use candle_core::Tensor;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use tensor_lifetime_report::event::Event;
 use tensor_lifetime_report::Role;
@@ -264,19 +265,49 @@ impl State {
         self.next_record += 1;
         let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
         let (t_ns, view, storage) = (l.t_ns, l.view, l.storage);
-        self.emit(Event::Born {
-            t_ns,
-            tensor: id,
-            site,
-            frame: (frame != 0).then_some(frame),
-            iteration,
-            bytes: storage.storage_bytes,
-            storage: storage.storage as u64,
-            shape: Some(l.dims.clone()),
-            dtype: view.dtype.as_str().to_string(),
-            device: view.device.to_string(),
-            thread: u64::from(l.thread),
+        // The event of the previous birth, refilled: its shape and strings keep their
+        // allocations.
+        let mut born = self.scratch.born.take().unwrap_or_else(|| Event::Born {
+            t_ns: 0,
+            tensor: 0,
+            site: 0,
+            frame: None,
+            iteration: 0,
+            bytes: 0,
+            storage: 0,
+            shape: None,
+            dtype: String::new(),
+            device: String::new(),
+            thread: 0,
         });
+        if let Event::Born {
+            t_ns: b_t_ns,
+            tensor,
+            site: b_site,
+            frame: b_frame,
+            iteration: b_iteration,
+            bytes,
+            storage: b_storage,
+            shape,
+            dtype,
+            device,
+            thread,
+        } = &mut born
+        {
+            (*b_t_ns, *tensor, *b_site) = (t_ns, id, site);
+            (*b_frame, *b_iteration) = ((frame != 0).then_some(frame), iteration);
+            (*bytes, *b_storage) = (storage.storage_bytes, storage.storage as u64);
+            let shape = shape.get_or_insert_with(Vec::new);
+            shape.clear();
+            shape.extend_from_slice(&l.dims);
+            dtype.clear();
+            dtype.push_str(view.dtype.as_str());
+            device.clear();
+            let _ = write!(device, "{}", view.device);
+            *thread = u64::from(l.thread);
+        }
+        self.emit_ref(&born);
+        self.scratch.born = Some(born);
         if p.store {
             self.emit(Event::Stored {
                 t_ns,

@@ -112,6 +112,8 @@ pub(super) struct Scratch {
     pub(super) promote: Vec<(usize, Record)>,
     pub(super) storages: FastMap<usize, Owner>,
     pub(super) merged: Vec<SiteSweep>,
+    /// The event log's latest birth event, refilled for the next one.
+    pub(super) born: Option<Event>,
 }
 
 impl Scratch {
