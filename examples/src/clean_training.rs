@@ -46,7 +46,8 @@ impl MomentumSgd {
                 }
                 None => {
                     let state = Var::from_tensor(grad)?;
-                    tensor_lifetime::tag!(state);
+                    // A `Var` would be a parameter: its role is said.
+                    tensor_lifetime::tag!(state, "state", tensor_lifetime::Role::OptimizerState);
                     tensor_lifetime::store!(state, "self.velocity");
                     slot.insert(state)
                 }
@@ -63,7 +64,8 @@ pub fn run() -> Result<f32> {
     let device = Device::Cpu;
     let varmap = VarMap::new();
     let model = Mlp::new(&varmap, 64, &device)?;
-    let mut opt = MomentumSgd::new(varmap.all_vars(), 0.02, 0.9);
+    let params = varmap.all_vars();
+    let mut opt = MomentumSgd::new(params, 0.02, 0.9);
     let mut epoch_loss = 0.0;
     'epoch: for epoch in 0..EPOCHS {
         epoch_loss = 0.0;

@@ -1,5 +1,5 @@
 //! `clean_training` reports no leak; its lazily created optimizer state shows as
-//! `retained` (information).
+//! `retained` (information), of role `optimizer_state`.
 
 use tensor_lifetime_examples::clean_training;
 use tensor_lifetime_tests::{findings_for, json_report_env, read_json};
@@ -24,4 +24,10 @@ fn clean_loop_has_no_leak() {
     assert_eq!(state[0]["survivors"], 4);
     assert_eq!(state[0]["iterations"], 1);
     assert_eq!(state[0]["holders"][0]["label"], "self.velocity");
+    // The velocity buffers are `Var`s, which would be parameters: the optimizer says
+    // their role (`tag!(state, "state", Role::OptimizerState)`).
+    assert_eq!(state[0]["role"], "optimizer_state", "{json:#}");
+    let now = &json["memory_by_role"]["now"];
+    assert_eq!(now["optimizer_state"]["tensors"], 4, "{json:#}");
+    assert_eq!(now["parameter"]["tensors"], 4, "{json:#}");
 }

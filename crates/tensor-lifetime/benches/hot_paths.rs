@@ -5,6 +5,9 @@
 //! survivors of the ending frame, building a report, writing the event log. (The small
 //! loop's body with the whole tracker: `examples/benches/loop_body.rs`.)
 //!
+//! And a call of a `#[track]`ed function against the same plain function (the call-path
+//! guard and the out-of-memory check of its `Result`: issue 18's budget, at most 5 ns).
+//!
 //! `cargo bench -p tensor-lifetime --bench hot_paths`; figures in docs/performance.md.
 
 use candle_core::{DType, Device, Tensor};
@@ -143,5 +146,36 @@ fn event_log(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, tagging, sweeps, reports, event_log);
+#[inline(never)]
+fn plain_call(x: u64) -> candle_core::Result<u64> {
+    Ok(black_box(x) + 1)
+}
+
+#[tensor_lifetime::track]
+#[inline(never)]
+fn tracked_call(x: u64) -> candle_core::Result<u64> {
+    Ok(black_box(x) + 1)
+}
+
+#[inline(never)]
+fn plain_outer(x: u64) -> candle_core::Result<u64> {
+    plain_call(x)
+}
+
+#[tensor_lifetime::track]
+#[inline(never)]
+fn tracked_outer(x: u64) -> candle_core::Result<u64> {
+    Ok(tracked_call(x)? + 1)
+}
+
+fn calls(c: &mut Criterion) {
+    let mut group = c.benchmark_group("call");
+    group.bench_function("plain", |b| b.iter(|| plain_call(black_box(7))));
+    group.bench_function("tracked", |b| b.iter(|| tracked_call(black_box(7))));
+    group.bench_function("plain_nested", |b| b.iter(|| plain_outer(black_box(7))));
+    group.bench_function("tracked_nested", |b| b.iter(|| tracked_outer(black_box(7))));
+    group.finish();
+}
+
+criterion_group!(benches, tagging, sweeps, reports, event_log, calls);
 criterion_main!(benches);

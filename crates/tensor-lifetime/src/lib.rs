@@ -138,9 +138,9 @@ pub fn post_mortem() -> PostMortem {
 }
 
 /// Gives the tensors in `value` the role `role` (see [`Role`]): an optimizer's state kept
-/// outside tracked methods, a batch made by untracked code. A tensor first seen here has
-/// its creation site here; one already tracked takes the role if its own was `other`
-/// or `activation`.
+/// outside tracked methods (even in `Var`s, which would be parameters), a batch made by
+/// untracked code. A tensor first seen here has its creation site here (labeled
+/// `mark_role`; [`tag!`] with a role gives a label); one already tracked takes the role.
 #[track_caller]
 pub fn mark_role<T: ?Sized>(value: &T, role: Role) {
     probe::mark(value, site::caller_site("mark_role"), role);
@@ -158,7 +158,9 @@ pub fn site_totals() -> Vec<SiteTotals> {
 
 /// Tags the tensors in a value with the site where this is written.
 ///
-/// `tag!(x)` labels the site `x`; `tag!(expr, "label")` gives the label.
+/// `tag!(x)` labels the site `x`; `tag!(expr, "label")` gives the label;
+/// `tag!(expr, "label", Role::OptimizerState)` gives its tensors a role too (as
+/// [`mark_role`] does).
 #[macro_export]
 macro_rules! tag {
     ($value:ident) => {
@@ -166,6 +168,9 @@ macro_rules! tag {
     };
     ($value:expr, $label:expr) => {
         $crate::__private::tag(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, $label))
+    };
+    ($value:expr, $label:expr, $role:expr) => {
+        $crate::__private::mark(&$value, $crate::site!(@kind $crate::SiteKind::Explicit, $label), $role)
     };
 }
 
@@ -209,7 +214,7 @@ pub mod __private {
     pub use crate::oom::Checked;
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
-    pub use crate::probe::{store, tag};
+    pub use crate::probe::{mark, store, tag};
     pub use crate::scope::{in_task, AsyncLoopScope, Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
     pub use tensor_lifetime_report::Role;

@@ -26,10 +26,8 @@ use tensor_lifetime_report::Role;
 #[inline]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
-        if !grads(value, &mut |x| {
-            t.probe(x, site, false, Some(Role::Gradient))
-        }) {
-            visit(value, &mut |x| t.probe(x, site, false, None));
+        if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
+            visit(value, &mut |x| t.probe(x, site, false, 0));
         }
     }
 }
@@ -38,16 +36,21 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 #[inline]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
-        if !grads(value, &mut |x| t.probe(x, site, true, Some(Role::Gradient))) {
-            visit(value, &mut |x| t.probe(x, site, true, None));
+        if !grads(value, &mut |x| t.probe(x, site, true, GRADIENT)) {
+            visit(value, &mut |x| t.probe(x, site, true, 0));
         }
     }
 }
 
-/// Tags the tensors in `value` at `site` with `role` (see [`crate::mark_role`]).
-pub(crate) fn mark<T: ?Sized>(value: &T, site: &'static Site, role: Role) {
+/// The role byte of a `GradStore`'s tensors.
+const GRADIENT: u8 = tracker::role_hint(Role::Gradient, false);
+
+/// Tags the tensors in `value` at `site` with `role`, the program's word (see
+/// [`crate::mark_role`]).
+pub fn mark<T: ?Sized>(value: &T, site: &'static Site, role: Role) {
     if let Some(t) = tracker::active() {
-        let mut f = |x: &Tensor| t.probe(x, site, false, Some(role));
+        let hint = tracker::role_hint(role, true);
+        let mut f = |x: &Tensor| t.probe(x, site, false, hint);
         if !grads(value, &mut f) {
             visit(value, &mut f);
         }

@@ -138,7 +138,7 @@ impl Origin {
 
     #[inline]
     fn add(&mut self, role: u8, path: u32) {
-        let role = role & !roles::HINTED;
+        let role = role & roles::INDEX;
         if self.first == Origin::NONE {
             self.first = role;
         } else if role != self.first || self.mixed {

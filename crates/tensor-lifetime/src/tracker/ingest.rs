@@ -13,7 +13,6 @@ use candle_core::Tensor;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use tensor_lifetime_report::event::Event;
-use tensor_lifetime_report::Role;
 
 /// One probe's observation, buffered per thread until the next sweep. One cache line,
 /// aligned to one: a probe writes a single line of its ring.
@@ -65,17 +64,11 @@ struct Logged {
 }
 
 impl Tracker {
-    /// Records a tensor seen at `site` (a binding, or a store when `store`) with a role
-    /// `hint` (else the site's). Out of line: one copy of it for all of a loop body's
-    /// probes.
+    /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
+    /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
+    /// one copy of it for all of a loop body's probes.
     #[inline(never)]
-    pub(crate) fn probe(
-        &'static self,
-        t: &Tensor,
-        site: &'static Site,
-        store: bool,
-        hint: Option<Role>,
-    ) {
+    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         timed(HotPhase::Probe, || {
             // One counter for all threads: its order agrees with every thread's program
             // order and with hand-offs between threads (a tensor made on a loader thread and
@@ -132,7 +125,7 @@ impl Tracker {
                         serial: serial as u32,
                         seq,
                         first,
-                        role: roles::at_probe(t, hint.or(site.role)),
+                        role: roles::at_probe(t, hint, site.role),
                         path: crate::call_path::current(),
                         bytes: own_bytes(t),
                         logged,

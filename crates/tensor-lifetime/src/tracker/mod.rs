@@ -77,6 +77,7 @@ pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
 pub use output::{LiveTensor, SiteTotals};
 pub(crate) use post_mortem::oom_seen;
+pub(crate) use roles::hint as role_hint;
 
 use crate::config::Config;
 use crate::device::DeviceId;

@@ -10,19 +10,34 @@
 //! tensor dead before the drain still has its role: the temporaries are counted by role.
 //!
 //! A role travels as one byte: the role's index, with [`HINTED`] set when a hint decided
-//! it. A later hinted probe of a tensor whose role was not hinted and is `other` or
-//! `activation` replaces it ([`upgrade`]); a parameter keeps its role.
+//! it (and [`EXPLICIT`] when the program said it). A later hinted probe of a tensor whose
+//! role was not hinted and is `other` or `activation` replaces it ([`upgrade`]); a
+//! parameter keeps its role, except against the program's word ([`crate::mark_role`]:
+//! an optimizer keeping its state in `Var`s).
 
 use candle_core::Tensor;
 use tensor_lifetime_report::{Role, RoleBytes};
 
 /// Set in a role byte when a hint decided the role.
 pub(super) const HINTED: u8 = 0x80;
+/// Set (with [`HINTED`]) when the program said the role ([`crate::mark_role`]).
+pub(super) const EXPLICIT: u8 = 0x40;
+/// The role's index in a role byte.
+pub(super) const INDEX: u8 = 0x07;
 
-/// The role byte of a tensor probed with `hint`.
+/// The role byte of a hint: `role` said by the place, or by the program (`explicit`).
+pub(crate) const fn hint(role: Role, explicit: bool) -> u8 {
+    role as u8 | HINTED | if explicit { EXPLICIT } else { 0 }
+}
+
+/// The role byte of a tensor probed with role byte `hint` (0: none) at a site of role
+/// `site`.
 #[inline]
-pub(super) fn at_probe(t: &Tensor, hint: Option<Role>) -> u8 {
-    match hint {
+pub(super) fn at_probe(t: &Tensor, hint: u8, site: Option<Role>) -> u8 {
+    if hint != 0 {
+        return hint;
+    }
+    match site {
         Some(role) => role.index() as u8 | HINTED,
         None if t.is_variable() => Role::Parameter.index() as u8,
         None if t.track_op() => Role::Activation.index() as u8,
@@ -33,15 +48,18 @@ pub(super) fn at_probe(t: &Tensor, hint: Option<Role>) -> u8 {
 /// The role a role byte names.
 #[inline]
 pub(super) fn role(code: u8) -> Role {
-    Role::from_index(usize::from(code & !HINTED))
+    Role::from_index(usize::from(code & INDEX))
 }
 
-/// A later probe's role byte `probe` applied to a record's `role` (see the module docs).
+/// A later probe's role byte `probe` applied to a record's `role` (see the module docs):
+/// the program's word replaces any role; a place's hint replaces `other` and
+/// `activation` that no hint decided.
 #[inline]
 pub(super) fn upgrade(role_code: &mut u8, probe: u8) {
-    if probe & HINTED != 0
-        && *role_code & HINTED == 0
-        && matches!(role(*role_code), Role::Other | Role::Activation)
+    if probe & EXPLICIT != 0
+        || (probe & HINTED != 0
+            && *role_code & HINTED == 0
+            && matches!(role(*role_code), Role::Other | Role::Activation))
     {
         *role_code = probe;
     }
@@ -201,21 +219,24 @@ mod tests {
     #[test]
     fn roles_at_probe() {
         let t = Tensor::zeros(4, DType::F32, &Device::Cpu).unwrap();
-        assert_eq!(role(at_probe(&t, None)), Role::Other);
+        assert_eq!(role(at_probe(&t, 0, None)), Role::Other);
         let v = Var::from_tensor(&t).unwrap();
-        assert_eq!(role(at_probe(v.as_tensor(), None)), Role::Parameter);
+        assert_eq!(role(at_probe(v.as_tensor(), 0, None)), Role::Parameter);
         let y = v.as_tensor().exp().unwrap();
-        assert_eq!(role(at_probe(&y, None)), Role::Activation);
-        let hinted = at_probe(&t, Some(Role::Input));
+        assert_eq!(role(at_probe(&y, 0, None)), Role::Activation);
+        let hinted = at_probe(&t, 0, Some(Role::Input));
         assert_eq!(role(hinted), Role::Input);
         // A later hint replaces `other` and `activation`, never a parameter or a hint.
-        let mut code = at_probe(&y, None);
+        let mut code = at_probe(&y, 0, None);
         upgrade(&mut code, hinted);
         assert_eq!(role(code), Role::Input);
-        upgrade(&mut code, at_probe(&t, Some(Role::Gradient)));
+        upgrade(&mut code, at_probe(&t, 0, Some(Role::Gradient)));
         assert_eq!(role(code), Role::Input);
-        let mut param = at_probe(v.as_tensor(), None);
-        upgrade(&mut param, at_probe(&t, Some(Role::OptimizerState)));
+        let mut param = at_probe(v.as_tensor(), 0, None);
+        upgrade(&mut param, at_probe(&t, 0, Some(Role::OptimizerState)));
         assert_eq!(role(param), Role::Parameter);
+        // The program's word replaces any role.
+        upgrade(&mut param, hint(Role::OptimizerState, true));
+        assert_eq!(role(param), Role::OptimizerState);
     }
 }
