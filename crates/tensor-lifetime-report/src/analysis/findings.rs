@@ -223,9 +223,14 @@ impl Analysis {
                 .map(|id| self.call_path(*id).to_vec())
                 .filter(|p| !p.is_empty())
                 .collect(),
-            hint: match bound {
-                Some(bound) => bound.hint(),
-                None => kind.hint().to_string(),
+            hint: match (bound, v.single_epoch) {
+                (Some(bound), _) => bound.hint(),
+                (None, false) => kind.hint().to_string(),
+                (None, true) => format!(
+                    "{} (seen in a run whose outer loop ran once: state filled in a first \
+                     epoch and reused later looks the same)",
+                    kind.hint()
+                ),
             },
         }
     }

@@ -38,6 +38,11 @@
 //! accumulation released at its end, or state that an inner loop rebuilds to the same
 //! height every iteration, such as per-parameter optimizer state) and is dropped, with
 //! any earlier confirmation of it. A frame with no enclosing frame confirms at its end.
+//! The warm-up iteration of the enclosing frame confirms nothing; but when an outermost
+//! frame closes without having left its warm-up (a run of a single epoch), the nested
+//! growth that outlived that iteration's end is confirmed then, its finding's hint saying
+//! it was seen in one epoch (state filled in a first epoch and reused later would look
+//! the same).
 //!
 //! ## Bounded containers and construction loops
 //!
@@ -172,6 +177,9 @@ struct Verdict {
     /// The returned local the loop (or its outermost loop) builds, for a construction
     /// loop (see the module docs).
     product: Option<String>,
+    /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
+    /// a single epoch): no later iteration could tell a leak from state filled once.
+    single_epoch: bool,
 }
 
 #[derive(Debug)]
@@ -186,6 +194,9 @@ struct Frame {
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
+    /// An outermost frame's nested growth that outlived a warm-up iteration's end:
+    /// confirmed at its close if it never leaves the warm-up (see [`Analysis::loop_end`]).
+    warmup_growth: Vec<(u32, Verdict)>,
     /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
     /// that builds nothing (see the module docs).
     product: Option<String>,
@@ -287,6 +298,7 @@ impl Analysis {
                         iterations: 0,
                         series: SeriesBySite::default(),
                         pending: Vec::new(),
+                        warmup_growth: Vec::new(),
                         product,
                     },
                 );
@@ -368,11 +380,23 @@ impl Analysis {
                 let survivors = by_site.get(site).map_or(0, |s| s.survivors);
                 // Not in the warm-up iteration: state created once, lazily, in the first
                 // iteration (optimizer buffers) makes its only high there.
-                if iteration >= j.warmup && survivors > highs.get(&site).copied().unwrap_or(0) {
+                let new_high = survivors > highs.get(&site).copied().unwrap_or(0);
+                if iteration >= j.warmup && new_high {
                     verdict.running = false;
                     self.confirmed.insert(key, verdict);
                 } else {
                     self.confirmed.remove(&key);
+                    // Kept past the end of a warm-up iteration of an outermost loop: a
+                    // leak if that loop never runs another iteration to tell.
+                    if iteration < j.warmup && new_high && frame.parent.is_none() {
+                        verdict.running = false;
+                        verdict.single_epoch = true;
+                        let loop_site = verdict.loop_site;
+                        frame
+                            .warmup_growth
+                            .retain(|(s, v)| *s != site || v.loop_site != loop_site);
+                        frame.warmup_growth.push((site, verdict));
+                    }
                 }
             }
         }
@@ -390,6 +414,15 @@ impl Analysis {
         }
         let j = frame.judgement;
         let last_iteration = frame.iterations.saturating_sub(1);
+        // An outermost loop that ended within its warm-up (one epoch): the growth of its
+        // nested loops that outlived that iteration is confirmed now, said to be seen in
+        // a single epoch (a cache filled once looks the same).
+        if frame.parent.is_none() && frame.iterations <= j.warmup {
+            for (site, verdict) in frame.warmup_growth {
+                let key = (verdict.session, verdict.loop_site, site);
+                self.confirmed.insert(key, verdict);
+            }
+        }
         let parent = frame.parent.and_then(|p| self.frames.get_mut(&p));
         let mut parent = parent;
         for (site, series) in frame.series.0 {
@@ -405,6 +438,7 @@ impl Analysis {
                 growing,
                 series,
                 product: frame.product.clone(),
+                single_epoch: false,
             };
             let key = (frame.session, frame.site, site);
             if classify(&verdict, &j, None).is_none() {
@@ -503,6 +537,7 @@ impl Analysis {
                         judgement: j,
                         series: series.clone(),
                         product: frame.product.clone(),
+                        single_epoch: false,
                     },
                 ));
             }
