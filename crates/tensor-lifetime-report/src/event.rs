@@ -373,8 +373,8 @@ impl Event {
         }
     }
 
-    /// Appends this event as one JSON line (the per-step events by hand, [`line`]; the
-    /// others through `serde_json`).
+    /// Appends this event as one JSON line (the per-step events written by hand, in
+    /// `event/line.rs`; the others through `serde_json`).
     pub fn write_line(&self, out: &mut impl io::Write) -> io::Result<()> {
         if line::write_step_event(self, out)? {
             return Ok(());

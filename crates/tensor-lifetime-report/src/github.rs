@@ -1,7 +1,7 @@
 //! Findings as GitHub Actions workflow commands: one line per finding that the runner
 //! turns into an annotation on the pull request's line.
 //!
-//! `::error file=F,line=L,col=C,title=T::MESSAGE` for a leak ([`Finding::is_leak`]),
+//! `::error file=F,line=L,col=C,title=T::MESSAGE` for a leak ([`Finding::is_leak`](crate::report::Finding::is_leak)),
 //! `::warning ...` for the rest; a finding with no source line (untracked growth per
 //! device, a rank's divergence) has no `file`, so it shows on the run's summary. The
 //! message is the report's text of the finding. Escaping follows the runner's rules:

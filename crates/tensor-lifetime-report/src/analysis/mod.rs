@@ -29,7 +29,7 @@
 //! `graph_retention` (a survivor's autograd graph holds other tensors), `view_retention`
 //! (survivors are small views pinning storages `view_ratio` times larger), `leak`
 //! (growing), `retained` (all survivors born in one iteration and kept for `k` more).
-//! The first two carry `growing` when the leak rule holds too; [`Finding::is_leak`] is
+//! The first two carry `growing` when the leak rule holds too; [`Finding::is_leak`](crate::report::Finding::is_leak) is
 //! true for a `leak` and for a growing graph or view retention.
 //!
 //! When a nested loop frame ends, its growing sites wait for the enclosing frame's

@@ -46,8 +46,8 @@
 //!
 //! # Rooms
 //!
-//! This module is the API; the device readings are [`crate::device`]'s, the monitor is the
-//! tracker's (it samples at iteration ends), and [`summary`] renders the table.
+//! This module is the API; the device readings are `crate::device`'s, the monitor is the
+//! tracker's (it samples at iteration ends), and `summary` renders the table.
 
 mod summary;
 
