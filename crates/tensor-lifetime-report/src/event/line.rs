@@ -41,14 +41,7 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             w.key_int(b",\"bytes\":", *bytes)?;
             w.key_int(b",\"storage\":", *storage)?;
             if let Some(shape) = shape {
-                w.raw(b",\"shape\":[")?;
-                for (i, d) in shape.iter().enumerate() {
-                    if i > 0 {
-                        w.raw(b",")?;
-                    }
-                    w.int(*d as u64)?;
-                }
-                w.raw(b"]")?;
+                w.array(b",\"shape\":", shape, |w, d| w.int(*d as u64))?;
             }
             w.raw(b",\"dtype\":")?;
             w.string(dtype)?;
@@ -89,26 +82,8 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             w.key_int(b",\"duration_ns\":", *duration_ns)?;
             w.key_int(b",\"live_tensors\":", *live_tensors)?;
             w.key_int(b",\"live_bytes\":", *live_bytes)?;
-            if !sites.is_empty() {
-                w.raw(b",\"sites\":[")?;
-                for (i, s) in sites.iter().enumerate() {
-                    if i > 0 {
-                        w.raw(b",")?;
-                    }
-                    w.site_sweep(s)?;
-                }
-                w.raw(b"]")?;
-            }
-            if !roles.is_empty() {
-                w.raw(b",\"roles\":[")?;
-                for (i, r) in roles.iter().enumerate() {
-                    if i > 0 {
-                        w.raw(b",")?;
-                    }
-                    w.role_bytes(r)?;
-                }
-                w.raw(b"]")?;
-            }
+            w.non_empty(b",\"sites\":", sites, Line::site_sweep)?;
+            w.non_empty(b",\"roles\":", roles, Line::role_bytes)?;
         }
         _ => return Ok(false),
     }
@@ -188,6 +163,38 @@ impl<W: Write> Line<'_, W> {
         self.int(v)
     }
 
+    /// `key` (the whole prefix, as for [`Line::key_int`]) and a JSON array of `items`.
+    fn array<T>(
+        &mut self,
+        key: &[u8],
+        items: &[T],
+        mut item: impl FnMut(&mut Self, &T) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.raw(key)?;
+        self.raw(b"[")?;
+        for (i, x) in items.iter().enumerate() {
+            if i > 0 {
+                self.raw(b",")?;
+            }
+            item(self, x)?;
+        }
+        self.raw(b"]")
+    }
+
+    /// [`Line::array`], left out when `items` is empty (as serde's
+    /// `skip_serializing_if = "Vec::is_empty"` does).
+    fn non_empty<T>(
+        &mut self,
+        key: &[u8],
+        items: &[T],
+        item: impl FnMut(&mut Self, &T) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.array(key, items, item)
+    }
+
     /// A JSON string, escaped as `serde_json` escapes it.
     fn string(&mut self, s: &str) -> io::Result<()> {
         if s.bytes()
@@ -227,16 +234,7 @@ impl<W: Write> Line<'_, W> {
         self.key_int(b",\"first_iteration\":", *first_iteration)?;
         self.key_int(b",\"last_iteration\":", *last_iteration)?;
         self.key_int(b",\"refcount\":", *refcount)?;
-        if !holders.is_empty() {
-            self.raw(b",\"holders\":[")?;
-            for (i, h) in holders.iter().enumerate() {
-                if i > 0 {
-                    self.raw(b",")?;
-                }
-                self.holder(h)?;
-            }
-            self.raw(b"]")?;
-        }
+        self.non_empty(b",\"holders\":", holders, Line::holder)?;
         for (key, v) in [
             (&b",\"graph_tensors\":"[..], *graph_tensors),
             (b",\"graph_bytes\":", *graph_bytes),
@@ -252,16 +250,7 @@ impl<W: Write> Line<'_, W> {
             self.raw(role.as_str().as_bytes())?;
             self.raw(b"\"")?;
         }
-        if !call_paths.is_empty() {
-            self.raw(b",\"call_paths\":[")?;
-            for (i, p) in call_paths.iter().enumerate() {
-                if i > 0 {
-                    self.raw(b",")?;
-                }
-                self.int(u64::from(*p))?;
-            }
-            self.raw(b"]")?;
-        }
+        self.non_empty(b",\"call_paths\":", call_paths, |w, p| w.int(u64::from(*p)))?;
         self.raw(b"}")
     }
 

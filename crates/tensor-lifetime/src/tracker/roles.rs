@@ -65,9 +65,10 @@ pub(super) fn upgrade(role_code: &mut u8, probe: u8) {
     }
 }
 
-/// Per role: the live tensors and the bytes they own, kept as records change (the old
-/// records of the generational registry, [`super::generations`]), so that a partial
-/// sweep's split by role covers the records it does not walk.
+/// Per role: live tensors and the bytes they own. A sweep counts into one as it walks
+/// ([`RoleTally`]); the old records of the generational registry keep one as records
+/// change ([`super::generations`]), so that a partial sweep's split by role covers the
+/// records it does not walk.
 #[derive(Debug, Default, Clone)]
 pub(super) struct RoleCounts {
     tensors: [u64; SLOTS],
@@ -98,8 +99,7 @@ const SLOTS: usize = 8;
 /// end and dead since), kept in the split handed to the analysis at iteration ends.
 #[derive(Debug)]
 pub(super) struct RoleTally {
-    tensors: [u64; SLOTS],
-    bytes: [u64; SLOTS],
+    counting: RoleCounts,
     /// Records with an id from here on were born since the latest iteration end.
     watermark: u64,
     /// One entry per role, in role order (its roles never change, only the counts).
@@ -109,8 +109,7 @@ pub(super) struct RoleTally {
 impl Default for RoleTally {
     fn default() -> Self {
         RoleTally {
-            tensors: [0; SLOTS],
-            bytes: [0; SLOTS],
+            counting: RoleCounts::default(),
             watermark: 0,
             split: new_split(),
         }
@@ -131,27 +130,27 @@ impl RoleTally {
     /// per storage).
     #[inline]
     pub(super) fn tensor(&mut self, code: u8) {
-        self.tensors[slot(code)] += 1;
+        self.counting.tensors[slot(code)] += 1;
     }
 
     /// A live storage's bytes, for its owner's role.
     #[inline]
     pub(super) fn bytes(&mut self, code: u8, bytes: u64) {
-        self.bytes[slot(code)] += bytes;
+        self.counting.bytes[slot(code)] += bytes;
     }
 
     /// Adds counts kept elsewhere (the old records a partial sweep does not walk).
     #[inline]
     pub(super) fn add_counts(&mut self, counts: &RoleCounts) {
         for i in 0..SLOTS {
-            self.tensors[i] += counts.tensors[i];
-            self.bytes[i] += counts.bytes[i];
+            self.counting.tensors[i] += counts.tensors[i];
+            self.counting.bytes[i] += counts.bytes[i];
         }
     }
 
     /// Forgets the bytes counted so far in this sweep (its storages are claimed again).
     pub(super) fn reset_bytes(&mut self) {
-        self.bytes = [0; SLOTS];
+        self.counting.bytes = [0; SLOTS];
     }
 
     /// A record found dead: a temporary if born since the latest iteration end.
@@ -174,12 +173,11 @@ impl RoleTally {
     /// The end of a sweep: what it counted becomes the live split.
     #[inline]
     pub(super) fn finish_sweep(&mut self) {
+        let counted = std::mem::take(&mut self.counting);
         for (i, r) in self.split.iter_mut().enumerate() {
-            r.tensors = self.tensors[i];
-            r.bytes = self.bytes[i];
+            r.tensors = counted.tensors[i];
+            r.bytes = counted.bytes[i];
         }
-        self.tensors = [0; SLOTS];
-        self.bytes = [0; SLOTS];
     }
 
     /// An iteration end: its split, one entry per role (give it back with
