@@ -308,8 +308,7 @@ impl Generations {
         add: bool,
         refcount: u64,
     ) {
-        let owned = if r.owns { r.storage_bytes } else { 0 };
-        self.aggs.roles.count(r.role, owned, add);
+        self.aggs.roles.count(r.role, r.owned_bytes(), add);
         if r.owns {
             let d = device_index(devices, r.device);
             let old = &mut devices[d].1.old;
@@ -374,9 +373,8 @@ impl State {
         let before = r.role;
         roles::upgrade(&mut r.role, probe);
         if r.role != before {
-            let owned = if r.owns { r.storage_bytes } else { 0 };
-            gens.aggs.roles.count(before, owned, false);
-            gens.aggs.roles.count(r.role, owned, true);
+            gens.aggs.roles.count(before, r.owned_bytes(), false);
+            gens.aggs.roles.count(r.role, r.owned_bytes(), true);
         }
     }
 

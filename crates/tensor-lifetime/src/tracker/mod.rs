@@ -207,6 +207,17 @@ struct Record {
 }
 
 impl Record {
+    /// The bytes this record's storage counts for it: all of them when it owns the
+    /// storage (generational mode, `owns`), else none.
+    #[inline]
+    fn owned_bytes(&self) -> u64 {
+        if self.owns {
+            self.storage_bytes
+        } else {
+            0
+        }
+    }
+
     /// The record of probe `p`'s tensor (it takes the probe's weak handle).
     #[inline(always)]
     fn of(p: &mut Pending, id: u64, site: u32, view: View, storage: Observed) -> Record {
