@@ -1,5 +1,5 @@
 //! `loss_accumulation` reports `total` as a growing graph retention with the graph it
-//! holds, and folds the per-step losses into it.
+//! holds, and folds into it the per-step losses and the batches the graph holds.
 
 use tensor_lifetime_examples::loss_accumulation::{self, STEPS};
 use tensor_lifetime_tests::{findings_for, json_report_env, line_of, read_json};
@@ -44,4 +44,12 @@ fn running_loss_carries_its_graph() {
         "{held:?}"
     );
     assert!(findings_for(&json, "loss").is_empty());
+    // Each step's batch `x` (64 x 784 f32) leads to no variable, so it is no node of
+    // the graph, but the first op holds it: held by the graph, counted in its bytes,
+    // and no leak of its own.
+    assert!(held.contains(&"x"), "{held:?}");
+    assert!(findings_for(&json, "x").is_empty(), "{json:#}");
+    let batches = (STEPS * 64 * 784 * 4) as u64;
+    assert!(f["bytes"].as_u64().unwrap() >= batches, "{f:#}");
+    assert!(f["graph_bytes"].as_u64().unwrap() >= batches, "{f:#}");
 }

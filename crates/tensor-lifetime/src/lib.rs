@@ -214,9 +214,10 @@ pub mod __private {
     pub use crate::oom::Checked;
     /// Diagnostic phase timings (the `phase-timing` feature; empty without it).
     pub use crate::phase_timing::summary as phase_timing_summary;
-    pub use crate::probe::{mark, store, tag};
+    pub use crate::probe::{input, mark, store, tag, tag_made};
     pub use crate::scope::{in_task, AsyncLoopScope, Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
+    pub use crate::tracker::Input;
     pub use tensor_lifetime_report::Role;
 
     /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.

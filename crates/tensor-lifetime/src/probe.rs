@@ -13,7 +13,7 @@
 #![allow(unsafe_code)]
 
 use crate::site::Site;
-use crate::tracker;
+use crate::tracker::{self, Input};
 use candle_core::backprop::GradStore;
 use candle_core::{Error, Tensor, Var};
 use std::any::TypeId;
@@ -29,6 +29,43 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| t.probe(x, site, false, 0));
         }
+    }
+}
+
+/// [`tag`] for a binding whose value the macro saw computed from `inputs` (see
+/// [`input`]): a tensor with an autograd op keeps them as its graph's inputs.
+#[inline]
+pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
+    if let Some(t) = tracker::active() {
+        if inputs.iter().all(|i| i.key == 0) {
+            return tag(value, site);
+        }
+        if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
+            visit(value, &mut |x| {
+                t.made_from(x, inputs);
+                t.probe(x, site, false, 0)
+            });
+        }
+    }
+}
+
+/// The tensor `value` is, as an input of a value being computed (`model.forward(&x)`):
+/// none unless it is a `Tensor` or `&Tensor` and the tracker runs.
+#[inline]
+pub fn input<T: ?Sized>(value: &T) -> Input {
+    if tracker::active().is_none() {
+        return Input::default();
+    }
+    let ptr = value as *const T as *const ();
+    let id = typeid::of::<T>();
+    if id == TypeId::of::<Tensor>() {
+        // SAFETY: `T` is `Tensor` (same `TypeId`), borrowed for this call.
+        Input::of(unsafe { &*(ptr as *const Tensor) })
+    } else if id == TypeId::of::<&Tensor>() {
+        // SAFETY: `T` is `&Tensor` (same `TypeId`), borrowed for this call.
+        Input::of(unsafe { *(ptr as *const &Tensor) })
+    } else {
+        Input::default()
     }
 }
 

@@ -41,6 +41,9 @@ pub(super) struct Instrument {
     pub(super) optimizer: bool,
     /// The function's arguments (values handed in, not made here).
     pub(super) args: Vec<String>,
+    /// Every name the function binds: the locals a value may be computed from
+    /// (`inputs.rs`).
+    pub(super) locals: HashSet<String>,
 }
 
 /// Wraps an async body in `in_task` (see [`Instrument::needs_task`]): `{ in_task(async
@@ -113,15 +116,18 @@ impl Instrument {
 
     /// `tag(&ident, SITE);` for each identifier bound by `pat`.
     pub(super) fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
-        self.binding_tags_as(pat, cfgs, None)
+        self.binding_tags_as(pat, cfgs, None, None)
     }
 
-    /// [`Instrument::binding_tags`] with sites of role `role` (a `Role` variant's name).
+    /// [`Instrument::binding_tags`] with sites of role `role` (a `Role` variant's name),
+    /// and `tag_made(&ident, SITE, &inputs)` when the value's inputs are in the local
+    /// `inputs` (`inputs.rs`).
     pub(super) fn binding_tags_as(
         &self,
         pat: &Pat,
         cfgs: &[&Attribute],
         role: Option<&str>,
+        inputs: Option<&proc_macro2::Ident>,
     ) -> Vec<Stmt> {
         let role = role_tokens(role);
         let mut idents = Vec::new();
@@ -132,9 +138,15 @@ impl Instrument {
                 let label = ident.to_string();
                 let label = label.strip_prefix("r#").unwrap_or(&label);
                 let site = self.site_with(ident.span(), label, Kind::Binding, role.clone());
-                parse_quote! {
-                    #(#cfgs)*
-                    ::tensor_lifetime::__private::tag(&#ident, #site);
+                match inputs {
+                    Some(inputs) => parse_quote! {
+                        #(#cfgs)*
+                        ::tensor_lifetime::__private::tag_made(&#ident, #site, &#inputs);
+                    },
+                    None => parse_quote! {
+                        #(#cfgs)*
+                        ::tensor_lifetime::__private::tag(&#ident, #site);
+                    },
                 }
             })
             .collect()
@@ -328,7 +340,7 @@ impl Instrument {
                 let value = local("__tl_value");
                 // A loop's item is an input (in an optimizer, the parameters it walks).
                 let role = (!self.optimizer).then_some("Input");
-                let tags = self.binding_tags_as(pat, &[], role);
+                let tags = self.binding_tags_as(pat, &[], role, None);
                 parse_quote!({
                     #enter
                     #(#attrs)* #allow #label for #item in #iterable {
@@ -379,6 +391,8 @@ impl VisitMut for Instrument {
             match &mut stmt {
                 Stmt::Local(local) => {
                     if let Some(init) = &mut local.init {
+                        // Named before the value is rewritten: the user's own operands.
+                        let inputs = graph_inputs(&init.expr, &self.locals);
                         self.visit_expr_mut(&mut init.expr);
                         if let Some((_, diverge)) = &mut init.diverge {
                             self.visit_expr_mut(diverge);
@@ -394,7 +408,12 @@ impl VisitMut for Instrument {
                         } else {
                             is_batch_call(&init.expr).then_some("Input")
                         };
-                        let tags = self.binding_tags_as(&local.pat, &cfgs, role);
+                        let name = self::local("__tl_inputs");
+                        let made = (!inputs.is_empty()).then_some(&name);
+                        let tags = self.binding_tags_as(&local.pat, &cfgs, role, made);
+                        if made.is_some() && !tags.is_empty() {
+                            block.stmts.push(inputs_local(&name, &inputs, &cfgs));
+                        }
                         block.stmts.push(stmt);
                         block.stmts.extend(tags);
                         continue;

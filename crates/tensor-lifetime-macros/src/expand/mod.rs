@@ -5,7 +5,7 @@
 //!
 //! | user code | becomes |
 //! |---|---|
-//! | `let PAT = EXPR;` (also `let ... else`) | the same `let`, then `tag(&ident, SITE)` per identifier of `PAT` |
+//! | `let PAT = EXPR;` (also `let ... else`) | the same `let`, then `tag(&ident, SITE)` per identifier of `PAT`; when `EXPR` passes locals to calls or operators, `let __tl_inputs = [input(&x), ..];` before and `tag_made(&ident, SITE, &__tl_inputs)` (`inputs.rs`) |
 //! | `place = EXPR` | `place = tagged(EXPR, SITE)` (the value is tagged on its way in) |
 //! | `self.field = EXPR`, `v[i] = EXPR` | `... = stored(EXPR, SITE)`: a store into `self.field` / `v` |
 //! | `place op= EXPR` (simple places) | `{ place op= EXPR; tag(&place, SITE); }` |
@@ -33,7 +33,7 @@
 use crate::attr::{self, Errors, LeakTestArgs};
 use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
@@ -43,11 +43,13 @@ use syn::{
 };
 
 mod containers;
+mod inputs;
 mod instrument;
 mod origin;
 mod syntax;
 
 use containers::*;
+use inputs::*;
 use instrument::*;
 use origin::*;
 use syntax::*;
@@ -336,7 +338,9 @@ fn instrument_method(
         returned: returned_locals(block),
         optimizer,
         args: fn_args(sig),
+        locals: HashSet::new(),
     };
+    v.locals = bound_names(block, &v.args);
     v.visit_block_mut(block);
     if v.needs_task {
         instrument::in_task(block);

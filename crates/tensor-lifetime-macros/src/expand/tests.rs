@@ -252,3 +252,37 @@ fn compact_text() {
     let e: Expr = syn::parse_quote!(*out);
     assert_eq!(compact(&e), "*out");
 }
+
+#[test]
+fn a_value_names_the_locals_it_is_computed_from() {
+    let out = expand(quote!(
+        fn step(&self, batch: &Batch, scale: f32) {
+            let x = batch.images.to_dtype(F32)?;
+            let logits = self.model.forward(&x)?.relu()? * scale;
+            let mapped = xs.iter().map(|t| t.sqr()).count();
+            let loss = loss_fn(&logits, &batch.labels, WEIGHT, helper)?;
+        }
+    ));
+    // The arguments and earlier bindings are named, before the `let`.
+    assert!(
+        out.contains(
+            "let __tl_inputs = [:: tensor_lifetime :: __private :: input (& batch . images)] ;"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("[:: tensor_lifetime :: __private :: input (& x) , :: tensor_lifetime :: __private :: input (& scale)]"),
+        "{out}"
+    );
+    assert!(out.contains("tag_made (& logits"), "{out}");
+    // Not `self`'s fields, nor constants, functions, unbound names or a closure's
+    // parameters.
+    assert!(
+        out.contains("[:: tensor_lifetime :: __private :: input (& logits) , :: tensor_lifetime :: __private :: input (& batch . labels)]"),
+        "{out}"
+    );
+    assert!(!out.contains("input (& self"), "{out}");
+    assert!(!out.contains("input (& xs"), "{out}");
+    assert!(!out.contains("input (& t)"), "{out}");
+    assert!(out.contains("tag (& mapped"), "{out}");
+}

@@ -59,6 +59,11 @@ impl Old {
         self.shards.get_mut(i)?.get_mut(&key)
     }
 
+    pub(super) fn get(&self, key: usize, serial: u32) -> Option<&Record> {
+        let i = Old::shard_of(serial, self.bits);
+        self.shards.get(i)?.get(&key)
+    }
+
     pub(super) fn values(&self) -> impl Iterator<Item = &Record> {
         self.shards.iter().flat_map(|s| s.values())
     }
@@ -588,7 +593,12 @@ impl State {
             live_bytes += d.live;
         }
         self.note_drops(dropped, t_ns, log);
-        super::holders::summarize_survivors(&self.records, &mut self.scratch, None);
+        let inputs = super::holders::GraphInputs {
+            made_from: &self.made_from,
+            old: self.gens.as_ref().map(|g| &g.old),
+        };
+        super::holders::summarize_survivors(&self.records, &mut self.scratch, None, inputs);
+        self.prune_made_from(false);
         self.merge_aggregates(frame as u32);
         self.scratch.trim_sweep();
         SweepResult {

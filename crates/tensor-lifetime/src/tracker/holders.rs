@@ -3,6 +3,8 @@
 //! seen by the macro, another survivor's autograd graph, a view of a storage another
 //! record owns, or unknown; and the role and call paths of the survivors.
 
+use super::generations::Old;
+use super::inputs::{find_record, MadeFrom};
 use super::observe::Observed;
 use super::sweep::{Claim, Scratch, Survivor};
 use super::{roles, FastMap, Record};
@@ -15,6 +17,7 @@ pub(super) fn summarize_survivors(
     scratch: &mut Scratch,
     // `None`: every live storage has a single record, which owns it.
     claims: Option<&FastMap<usize, Claim>>,
+    inputs: GraphInputs<'_>,
 ) {
     let Scratch {
         survivors,
@@ -31,7 +34,7 @@ pub(super) fn summarize_survivors(
     let graphs = survivors
         .iter()
         .any(|v| v.has_graph)
-        .then(|| graph_holders(records, survivors));
+        .then(|| graph_holders(records, survivors, inputs));
     // Per site, in (site, iteration) order so distinct iterations are counted by
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
@@ -197,6 +200,15 @@ impl Origin {
     }
 }
 
+/// What a graph walk reads of the inputs the macro saw ([`super::inputs`]): the table,
+/// and the old records (generational mode) among which inputs are looked up besides the
+/// young ones.
+#[derive(Clone, Copy)]
+pub(super) struct GraphInputs<'a> {
+    pub(super) made_from: &'a MadeFrom,
+    pub(super) old: Option<&'a Old>,
+}
+
 /// The autograd graphs among a sweep's survivors.
 #[derive(Default)]
 struct Graphs {
@@ -214,10 +226,16 @@ struct GraphSize {
 }
 
 /// Autograd graphs among `survivors`: the newest survivor carrying a graph is a root, and
-/// survivors in its graph are held by it. Returns the holder root's site of each held
-/// survivor (by record id) and, per root site, the largest graph's tensors and bytes.
+/// survivors in its graph are held by it: its nodes, and the inputs the macro saw them
+/// computed from (`inputs`: a batch leads to no variable, so it is no node). Returns the
+/// holder root's site of each held survivor (by record id) and, per root site, the
+/// largest graph's tensors and bytes.
 #[inline(never)]
-fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Graphs {
+fn graph_holders(
+    records: &FastMap<usize, Record>,
+    survivors: &[Survivor],
+    inputs: GraphInputs<'_>,
+) -> Graphs {
     let mut graphs = Graphs::default();
     let mut roots: Vec<(usize, &Record)> = survivors
         .iter()
@@ -234,6 +252,8 @@ fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Gr
         let mut storages: FastMap<usize, ()> = FastMap::default();
         let mut tensors = 0u64;
         let mut bytes = 0u64;
+        // Inputs already counted (several nodes may have the same one).
+        let mut seen_inputs: Vec<usize> = Vec::new();
         for node in t.sorted_nodes() {
             if node.is_variable() {
                 continue;
@@ -248,6 +268,28 @@ fn graph_holders(records: &FastMap<usize, Record>, survivors: &[Survivor]) -> Gr
             let node_storage = Observed::of(node);
             if storages.insert(node_storage.storage, ()).is_none() {
                 bytes += node_storage.storage_bytes;
+            }
+            if inputs.made_from.is_empty() {
+                continue;
+            }
+            for input in inputs.made_from.of(key, weak::serial(node) as u32) {
+                if seen_inputs.contains(&input.key) {
+                    continue;
+                }
+                // A survivor of the ending loop (a batch made in it): held by this
+                // graph. An input made before the loop (a dataset's) is the dataset's.
+                let Some(held) = by_key.get(&input.key) else {
+                    continue;
+                };
+                let Some(ir) = find_record(records, inputs.old, *input) else {
+                    continue;
+                };
+                seen_inputs.push(input.key);
+                tensors += 1;
+                graphs.held.entry(*held).or_insert(r.site);
+                if storages.insert(ir.storage, ()).is_none() {
+                    bytes += ir.storage_bytes;
+                }
             }
         }
         if tensors > 0 {

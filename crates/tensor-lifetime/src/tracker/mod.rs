@@ -64,6 +64,7 @@
 mod generations;
 mod holders;
 mod ingest;
+mod inputs;
 mod local;
 mod loops;
 mod monitor;
@@ -73,6 +74,7 @@ mod post_mortem;
 mod roles;
 mod sweep;
 
+pub use inputs::Input;
 pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
 pub use output::{LiveTensor, SiteTotals};
@@ -274,6 +276,8 @@ struct State {
     /// Live records above which inner iteration ends sweep partially
     /// (`TENSOR_LIFETIME_EXACT_MAX`).
     exact_max: usize,
+    /// The inputs the macro saw tensors with an autograd op computed from.
+    made_from: inputs::MadeFrom,
 }
 
 /// The process-wide tracker.
@@ -330,6 +334,7 @@ impl Tracker {
                 log_flushed_ns: 0,
                 scratch: Scratch::default(),
                 gens: None,
+                made_from: inputs::MadeFrom::default(),
                 exact_max,
             }),
             buffers: Registry::new(),

@@ -37,7 +37,7 @@
 //! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
 use super::generations::Owner;
-use super::holders::summarize_survivors;
+use super::holders::{summarize_survivors, GraphInputs};
 use super::ingest::Pending;
 use super::{FastMap, Record, State};
 use crate::device::DeviceId;
@@ -322,7 +322,12 @@ impl State {
             &self.records,
             &mut self.scratch,
             shared.then_some(&self.claims),
+            GraphInputs {
+                made_from: &self.made_from,
+                old: self.gens.as_ref().map(|g| &g.old),
+            },
         );
+        self.prune_made_from(true);
         self.scratch.trim_sweep();
         let result = SweepResult {
             live_tensors: self.live_len() as u64,
