@@ -373,3 +373,67 @@ fn a_trait_default_method_is_tracked() {
     let f = finding(&outcome, "// shapes: trait default", "t");
     assert!(f.is_leak(), "{}", outcome.report);
 }
+
+// ---------------------------------------------------------------------------------------
+// 5. A graph's inputs: a batch leads to no variable, so it is no node of the graph that
+//    holds it; the macro names what each value is computed from.
+
+/// A loss summed without `detach`, the batch fed through the layers by reassignment
+/// (`h = h.matmul(..)`) or by a `let`: the graph of `total` holds every step's batch.
+#[tensor_lifetime::track]
+pub fn summed_loss_over_batches(steps: usize, by_let: bool) -> Result<f32> {
+    let dev = Device::Cpu;
+    let layers: Vec<Var> = (0..3)
+        .map(|i| {
+            Var::from_tensor(
+                &Tensor::new(vec![0.01f32 * (i + 1) as f32; 4096], &dev)?.reshape((64, 64))?,
+            )
+        })
+        .collect::<Result<_>>()?;
+    let mut total = Tensor::zeros((), DType::F32, &dev)?;
+    for step in 0..steps {
+        let batch = Tensor::new(vec![step as f32; 8 * 64], &dev)?.reshape((8, 64))?; // shapes: batch
+        let loss = if by_let {
+            let first = batch.matmul(layers[0].as_tensor())?;
+            first.sum_all()?
+        } else {
+            let mut h = batch;
+            for layer in &layers {
+                h = h.matmul(layer.as_tensor())?;
+            }
+            h.sum_all()?
+        };
+        total = (total + loss)?; // shapes: summed loss
+    }
+    total.to_scalar::<f32>()
+}
+
+#[test]
+fn a_graph_holds_the_batches_it_was_computed_from() {
+    for by_let in [true, false] {
+        let (_, outcome) = run(|| summed_loss_over_batches(12, by_let));
+        let total = finding(&outcome, "// shapes: summed loss", "total");
+        assert_eq!(
+            total.kind,
+            FindingKind::GraphRetention,
+            "{}",
+            outcome.report
+        );
+        assert!(total.is_leak(), "{}", outcome.report);
+        let held: Vec<&str> = total.held_sites.iter().map(|s| s.label.as_str()).collect();
+        assert!(held.contains(&"batch"), "{held:?}\n{}", outcome.report);
+        // Counted in the graph: 12 batches of 8 x 64 f32 at least.
+        assert!(total.graph_bytes >= 12 * 8 * 64 * 4, "{}", outcome.report);
+        // No leak of its own with no holder.
+        let line = line_of(SOURCE, "// shapes: batch");
+        assert!(
+            !outcome
+                .report
+                .findings
+                .iter()
+                .any(|f| f.site.file == FILE && f.site.line == line),
+            "{}",
+            outcome.report
+        );
+    }
+}

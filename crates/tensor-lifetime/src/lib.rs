@@ -247,6 +247,14 @@ pub mod __private {
         value
     }
 
+    /// [`tagged`] for a value the macro saw computed from `inputs` (read before the value,
+    /// which may move them): `h = tagged_made([input(&h)], layer.forward(&h)?, SITE)`.
+    #[inline]
+    pub fn tagged_made<T, const N: usize>(inputs: [Input; N], value: T, site: &'static Site) -> T {
+        tag_made(&value, site, &inputs);
+        value
+    }
+
     /// `recv.push(stored(value, SITE))`, `self.field = stored(value, SITE)`: records the
     /// store and returns the value, so the call keeps its argument's evaluation order,
     /// temporaries and two-phase borrows.

@@ -1,4 +1,4 @@
-//! Graph inputs: the locals a `let`'s value is computed from (`let logits =
+//! Graph inputs: the locals a `let`'s (or an assignment's) value is computed from (`let logits =
 //! model.forward(&x)?;` → `x`). candle keeps an op's inputs private, and the runtime's
 //! graph walk only sees the nodes that lead to a variable; a batch held by a kept graph
 //! would have no holder. The `let` becomes
@@ -8,6 +8,9 @@
 //! let logits = model.forward(&x)?;
 //! tag_made(&logits, SITE, &__tl_inputs);
 //! ```
+//!
+//! An assignment reads them in the probe's argument list, before the value:
+//! `h = tagged_made([input(&h)], layer.forward(&h)?, SITE)`.
 //!
 //! Only names bound in the function (its arguments and its patterns) are taken, so a
 //! function item or a constant is never named again; closures, blocks and macros in the

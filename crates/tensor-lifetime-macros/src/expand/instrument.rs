@@ -152,8 +152,9 @@ impl Instrument {
             .collect()
     }
 
-    /// `place = value`, `place op= value`.
-    pub(super) fn assignment(&mut self, expr: &mut Expr) {
+    /// `place = value`, `place op= value`; `inputs`: the locals `value` is computed from
+    /// (`inputs.rs`), read before it was rewritten.
+    pub(super) fn assignment(&mut self, expr: &mut Expr, inputs: &[Expr]) {
         match expr {
             Expr::Assign(a) => {
                 if diverges(&a.right) {
@@ -185,7 +186,14 @@ impl Instrument {
                 }
                 let site = self.site(a.left.span(), &compact(&a.left), Kind::Assignment);
                 let right = &a.right;
-                a.right = parse_quote!(::tensor_lifetime::__private::tagged(#right, #site));
+                a.right = if inputs.is_empty() {
+                    parse_quote!(::tensor_lifetime::__private::tagged(#right, #site))
+                } else {
+                    // The inputs are read first (an argument list runs in order), before
+                    // the value may move them.
+                    parse_quote!(::tensor_lifetime::__private::tagged_made(
+                        [#(::tensor_lifetime::__private::input(&#inputs)),*], #right, #site))
+                };
             }
             Expr::Binary(b) if is_assign_op(&b.op) && is_pure_place(&b.left) => {
                 let place = b.left.clone();
@@ -452,12 +460,13 @@ impl VisitMut for Instrument {
             // `const { .. }` is evaluated at compile time.
             Expr::Const(_) => {}
             Expr::Assign(a) => {
+                let inputs = graph_inputs(&a.right, &self.locals);
                 self.visit_expr_mut(&mut a.right);
-                self.assignment(expr);
+                self.assignment(expr, &inputs);
             }
             Expr::Binary(b) if is_assign_op(&b.op) => {
                 self.visit_expr_mut(&mut b.right);
-                self.assignment(expr);
+                self.assignment(expr, &[]);
             }
             Expr::MethodCall(call) => {
                 visit_mut::visit_expr_method_call_mut(self, call);

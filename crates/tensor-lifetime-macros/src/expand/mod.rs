@@ -6,7 +6,7 @@
 //! | user code | becomes |
 //! |---|---|
 //! | `let PAT = EXPR;` (also `let ... else`) | the same `let`, then `tag(&ident, SITE)` per identifier of `PAT`; when `EXPR` passes locals to calls or operators, `let __tl_inputs = [input(&x), ..];` before and `tag_made(&ident, SITE, &__tl_inputs)` (`inputs.rs`) |
-//! | `place = EXPR` | `place = tagged(EXPR, SITE)` (the value is tagged on its way in) |
+//! | `place = EXPR` | `place = tagged(EXPR, SITE)` (the value is tagged on its way in); `tagged_made([input(&x), ..], EXPR, SITE)` when `EXPR` passes locals to calls or operators |
 //! | `self.field = EXPR`, `v[i] = EXPR` | `... = stored(EXPR, SITE)`: a store into `self.field` / `v` |
 //! | `place op= EXPR` (simple places) | `{ place op= EXPR; tag(&place, SITE); }` |
 //! | `recv.push(v)`, `push_back`, `push_front`, `insert(k, v)`, `entry(k).or_insert(v)` | the value argument becomes `stored(v, SITE)` |

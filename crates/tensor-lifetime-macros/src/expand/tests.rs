@@ -286,3 +286,21 @@ fn a_value_names_the_locals_it_is_computed_from() {
     assert!(!out.contains("input (& t)"), "{out}");
     assert!(out.contains("tag (& mapped"), "{out}");
 }
+
+#[test]
+fn an_assigned_value_reads_its_inputs_before_it_is_computed() {
+    let out = expand(quote!(
+        fn forward(&self, x: Tensor) {
+            let mut h = x;
+            for layer in &self.layers {
+                h = layer.forward(&h)?;
+            }
+            h = CONSTANT;
+        }
+    ));
+    assert!(
+        out.contains("tagged_made ([:: tensor_lifetime :: __private :: input (& layer) , :: tensor_lifetime :: __private :: input (& h)] ,"),
+        "{out}"
+    );
+    assert!(out.contains("tagged (CONSTANT"), "{out}");
+}
