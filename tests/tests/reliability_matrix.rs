@@ -240,6 +240,22 @@ pub fn l3_running_loss(p: Params) -> Result<Tensor> {
     Ok(total)
 }
 
+/// L17: L3 with the batches made in the loop: `total`'s graph holds every step's batch
+/// too (an input of its first op, no node of the graph: it leads to no variable).
+#[tensor_lifetime::track]
+pub fn l17_running_loss_with_batches(p: Params) -> Result<Tensor> {
+    let (varmap, model) = setup(&p)?;
+    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let mut total = Tensor::zeros((), DType::F32, &Device::Cpu)?;
+    for step in 0..p.steps {
+        let (x, y) = batch(&p, step)?;
+        let loss = model.loss(&x, &y)?;
+        opt.backward_step(&loss)?;
+        total = (total + &loss)?; // matrix: L17 running total
+    }
+    Ok(total)
+}
+
 /// L4: the first row of every batch kept for a plot: a one-row view pins its batch.
 #[tensor_lifetime::track]
 pub fn l4_first_rows(p: Params) -> Result<usize> {
@@ -1044,6 +1060,25 @@ fn leak_cases() -> Vec<(&'static str, Vec<String>)> {
             // Each step's `total` lives on in the next one's graph.
             survivors: p.steps as u64,
             bytes: graph_bytes,
+            holder: Some("total"),
+            alive_after: 0,
+        },
+        outcome,
+    );
+
+    let p = params("l17");
+    // L3's graph, and each step's batch `x` that its first op holds (the targets `y` are
+    // read through a view, which the graph holds instead of `y`).
+    let (graph_bytes, outcome) =
+        run(|| l17_running_loss_with_batches(p).map(|t| graph_storage_bytes(&t)));
+    record(
+        Leak {
+            name: "l17_running_loss_with_batches",
+            marker: "// matrix: L17 running total",
+            label: "total",
+            kind: FindingKind::GraphRetention,
+            survivors: p.steps as u64,
+            bytes: graph_bytes + p.steps as u64 * batch_bytes(&p),
             holder: Some("total"),
             alive_after: 0,
         },
