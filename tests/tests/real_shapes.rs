@@ -437,3 +437,32 @@ fn a_graph_holds_the_batches_it_was_computed_from() {
         );
     }
 }
+
+/// `summed_loss_over_batches` with each batch also cached in a list nothing trims: the
+/// list is the batches' holder (what the code can let go of), not the graph.
+#[tensor_lifetime::track]
+pub fn summed_loss_and_cached_batches(steps: usize) -> Result<usize> {
+    let dev = Device::Cpu;
+    let w = Var::from_tensor(&Tensor::new(vec![0.5f32; 64 * 4], &dev)?.reshape((64, 4))?)?;
+    let mut cache = Vec::new();
+    let mut total = Tensor::zeros((), DType::F32, &dev)?;
+    for step in 0..steps {
+        let batch = Tensor::new(vec![step as f32; 8 * 64], &dev)?.reshape((8, 64))?; // shapes: cached batch
+        let loss = batch.matmul(w.as_tensor())?.sum_all()?;
+        cache.push(batch); // shapes: batch cache
+        total = (total + loss)?;
+    }
+    Ok(cache.len())
+}
+
+#[test]
+fn a_batch_kept_by_a_list_and_a_graph_is_the_lists() {
+    let (_, outcome) = run(|| summed_loss_and_cached_batches(12));
+    let f = finding(&outcome, "// shapes: cached batch", "batch");
+    assert!(f.is_leak(), "{}", outcome.report);
+    assert_eq!(holder_labels(f), ["cache"], "{}", outcome.report);
+    assert_eq!(
+        f.holders[0].line,
+        Some(line_of(SOURCE, "// shapes: batch cache"))
+    );
+}

@@ -15,9 +15,15 @@
 //!
 //! `--candle VERSION` picks the toolkit that candle release's cudarc accepts (its
 //! `cuda-version-from-build-system` reads nvcc's version and refuses any it does not
-//! know): CUDA 12.8 for candle 0.8 (cudarc 0.13 knows up to 12.8) and 0.9.0/0.9.1 (cudarc
-//! 0.16, up to 12.9), CUDA 13.0 from 0.9.2. The 12.x wheels unpack into one folder per
-//! component, so their files are copied into one toolkit root.
+//! know): CUDA 13.0 from candle 0.9.0, CUDA 12.8 for candle 0.8 (cudarc 0.13 knows up to
+//! 12.8 and reads nvcc's version only). cudarc 0.16 (candle 0.9.0/0.9.1) knows up to 12.9
+//! but takes the version from `CUDARC_CUDA_VERSION` before asking nvcc: it is set to
+//! `12090`, so nvcc 13 compiles the kernels (candle-kernels 0.9.2, which those releases'
+//! lockfiles resolve, builds with CUDA 13) and cudarc binds the 12.9 API, which the CUDA 13
+//! libraries of the GPU host serve under their own sonames. NVIDIA's CUDA 12 nvcc wheels
+//! carry no nvcc (only ptxas), so 0.8 needs a CUDA 12 toolkit installed (`CUDA_HOME`).
+//! The 12.x wheels unpack into one folder per component, so their files are copied into
+//! one toolkit root.
 
 use crate::util::{self, run_cmd};
 use anyhow::{bail, Context, Result};
@@ -67,16 +73,25 @@ pub const CUDA_12_8: CudaRelease = CudaRelease {
 /// The toolkit a candle-core release builds with.
 pub fn release_for_candle(candle: &str) -> &'static CudaRelease {
     let mut parts = candle.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if major == 0 && minor < 9 {
+        &CUDA_12_8
+    } else {
+        &CUDA_13_0
+    }
+}
+
+/// The CUDA version a candle-core release's cudarc is told (`CUDARC_CUDA_VERSION`) when
+/// it would refuse the toolkit's nvcc: cudarc 0.16 (candle 0.9.0 and 0.9.1) knows CUDA up
+/// to 12.9 and builds against the 13.0 toolkit told it is 12.9.
+pub fn cudarc_version_for_candle(candle: &str) -> Option<&'static str> {
+    let mut parts = candle.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor, patch) = (
         parts.next().unwrap_or(0),
         parts.next().unwrap_or(0),
         parts.next().unwrap_or(0),
     );
-    if major == 0 && (minor < 9 || (minor == 9 && patch < 2)) {
-        &CUDA_12_8
-    } else {
-        &CUDA_13_0
-    }
+    (major == 0 && minor == 9 && patch < 2).then_some("12090")
 }
 
 /// The compute capability candle's kernels are built for (H100/H200).
@@ -138,6 +153,8 @@ pub struct Toolkit {
     pub stubs: PathBuf,
     /// The cargo target directory of CUDA builds.
     pub target_dir: PathBuf,
+    /// `CUDARC_CUDA_VERSION` for the build ([`cudarc_version_for_candle`]).
+    pub cudarc_version: Option<&'static str>,
 }
 
 impl Toolkit {
@@ -166,6 +183,7 @@ impl Toolkit {
             },
             target_dir,
             dir,
+            cudarc_version: candle.and_then(cudarc_version_for_candle),
         }
     }
 
@@ -255,7 +273,7 @@ impl Toolkit {
             Ok(p) if !p.is_empty() => format!("{}:{p}", self.stubs.display()),
             _ => self.stubs.display().to_string(),
         };
-        vec![
+        let mut env: Vec<(String, String)> = vec![
             ("CUDA_HOME".into(), home.clone()),
             ("CUDA_ROOT".into(), home.clone()),
             ("CUDA_PATH".into(), home.clone()),
@@ -268,7 +286,11 @@ impl Toolkit {
                 "CARGO_TARGET_DIR".into(),
                 self.target_dir.display().to_string(),
             ),
-        ]
+        ];
+        if let Some(v) = self.cudarc_version {
+            env.push(("CUDARC_CUDA_VERSION".into(), v.into()));
+        }
+        env
     }
 
     fn extra_symbols_file(&self) -> PathBuf {
@@ -437,7 +459,11 @@ mod tests {
     #[test]
     fn each_candle_gets_a_toolkit_its_cudarc_knows() {
         assert_eq!(release_for_candle("0.8.4").name, "12.8");
-        assert_eq!(release_for_candle("0.9.1").name, "12.8");
+        assert_eq!(release_for_candle("0.9.1").name, "13.0");
+        assert_eq!(cudarc_version_for_candle("0.9.1"), Some("12090"));
+        assert_eq!(cudarc_version_for_candle("0.9.0"), Some("12090"));
+        assert_eq!(cudarc_version_for_candle("0.9.2"), None);
+        assert_eq!(cudarc_version_for_candle("0.8.4"), None);
         assert_eq!(release_for_candle("0.9.2").name, "13.0");
         assert_eq!(release_for_candle("0.10.2").name, "13.0");
         assert_eq!(release_for_candle("0.11.1").name, "13.0");

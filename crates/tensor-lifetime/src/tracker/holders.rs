@@ -91,10 +91,14 @@ pub(super) fn summarize_survivors(
             }
         }
         let held = graphs.as_ref().and_then(|g| g.held.get(&r.id));
-        let holder = if let Some(root) = held {
-            HolderSpec::Graph { site: *root }
+        // A node of a graph is the graph's; an input of one (a batch) is held by the store
+        // that also keeps it, if any: the container is what the code can let go of.
+        let holder = if let Some(h) = held.filter(|h| !h.input) {
+            HolderSpec::Graph { site: h.root }
         } else if r.store != 0 {
             HolderSpec::Store { site: r.store }
+        } else if let Some(h) = held {
+            HolderSpec::Graph { site: h.root }
         } else if !owns {
             HolderSpec::View {
                 site: claim.flatten().map_or(0, |c| c.owner_site),
@@ -212,10 +216,19 @@ pub(super) struct GraphInputs<'a> {
 /// The autograd graphs among a sweep's survivors.
 #[derive(Default)]
 struct Graphs {
-    /// The root's site of each survivor held by a graph, by record id.
-    held: FastMap<u64, u32>,
+    /// The graph holding each survivor held by one, by record id.
+    held: FastMap<u64, Held>,
     /// Per root site, the largest graph's size.
     by_site: FastMap<u32, GraphSize>,
+}
+
+/// Who holds a survivor held by a graph.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// The graph's root's site.
+    root: u32,
+    /// Only as an input the macro saw (no node of any graph walked).
+    input: bool,
 }
 
 /// The tensors (other than the root) and bytes (each storage once) of a graph.
@@ -262,7 +275,11 @@ fn graph_holders(
             if key != own_key {
                 tensors += 1;
                 if let Some(held) = by_key.get(&key) {
-                    graphs.held.entry(*held).or_insert(r.site);
+                    let h = graphs.held.entry(*held).or_insert(Held {
+                        root: r.site,
+                        input: false,
+                    });
+                    h.input = false;
                 }
             }
             let node_storage = Observed::of(node);
@@ -286,7 +303,10 @@ fn graph_holders(
                 };
                 seen_inputs.push(input.key);
                 tensors += 1;
-                graphs.held.entry(*held).or_insert(r.site);
+                graphs.held.entry(*held).or_insert(Held {
+                    root: r.site,
+                    input: true,
+                });
                 if storages.insert(ir.storage, ()).is_none() {
                     bytes += ir.storage_bytes;
                 }
