@@ -34,6 +34,10 @@ const TRACKING: bool = cfg!(feature = "tracking");
 /// - every identifier bound by a `let` is tagged with its site (file, line, column,
 ///   function, variable name), including `let ... else` and tuple/struct patterns;
 /// - assignments (`total = (total + loss)?`, `x += 1`) are tagged with the assigned place;
+/// - the locals a `let`'s or an assignment's value is computed from
+///   (`let logits = model.forward(&x)?` → `x`) are read before it, so that a batch held
+///   by a kept autograd graph is known to be held by it (candle keeps an op's inputs
+///   private);
 /// - stores into containers, `push`, `push_back`, `push_front`, `insert`, `extend`,
 ///   `append`, `entry(..).or_insert(..)` and field assignment (`self.cache = ...`),
 ///   record the receiver (`self.cache`) as the holder of the stored tensors;
