@@ -256,7 +256,7 @@ impl Toolkit {
                 "the CUDA {} wheels installed but {} is missing: NVIDIA's CUDA 12 nvcc wheels \
                  (checked: nvidia-cuda-nvcc-cu12 12.8.93 and 12.9.86) carry ptxas only, no \
                  nvcc; install a CUDA {} toolkit and point CUDA_HOME at it, or build against \
-                 candle >= 0.9.2 (CUDA 13.0 wheels)",
+                 candle >= 0.9.0 (CUDA 13.0 wheels)",
                 self.release.name,
                 self.nvcc().display(),
                 self.release.name
