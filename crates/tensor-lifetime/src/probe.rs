@@ -36,10 +36,11 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 /// [`input`]): a tensor with an autograd op keeps them as its graph's inputs.
 #[inline]
 pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
+    // No tensor among the inputs (or tracking off: `input` gave none): a plain tag.
+    if inputs.iter().all(|i| i.key == 0) {
+        return tag(value, site);
+    }
     if let Some(t) = tracker::active() {
-        if inputs.iter().all(|i| i.key == 0) {
-            return tag(value, site);
-        }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| {
                 t.made_from(x, inputs);
