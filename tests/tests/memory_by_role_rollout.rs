@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 use tensor_lifetime::MemoryByRole;
 
-/// Steps of an epoch: far above the 48 live records of exact sweeps.
+/// Steps of an epoch: far above the 16 live records of exact sweeps.
 const STEPS: usize = 300;
 /// Floats per observation (256 bytes).
 const OBS: usize = 64;

@@ -1,7 +1,7 @@
 //! The post-mortem on the CPU: a loop that leaks into a cache; `post_mortem()` names the
 //! leaking site as the largest holder of bytes, with its role and call path, the cache
 //! as the largest holder, and the site among those that grew most. No device counters
-//! on the CPU. More tensors are live than `TENSOR_LIFETIME_EXACT_MAX` (48): most records
+//! on the CPU. More tensors are live than `TENSOR_LIFETIME_EXACT_MAX` (16): most records
 //! are then old ones of the generational registry, which the post-mortem counts too.
 
 use candle_core::{DType, Device, Result, Tensor};

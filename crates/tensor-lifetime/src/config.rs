@@ -8,7 +8,7 @@
 //! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the JSON-lines event log (`docs/event-log.md`) |
 //! | `TENSOR_LIFETIME_RANK`, `TENSOR_LIFETIME_WORLD_SIZE` | numbers | this process's rank and the job's size; else the launchers' `RANK` / `WORLD_SIZE` (`LOCAL_RANK` when there is no `RANK`) |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
-//! | `TENSOR_LIFETIME_EXACT_MAX` | a number of live records (default 48) | above it, inner iteration ends walk what changed plus a bounded slice (`tracker::sweep`); set low to test that mode on small programs |
+//! | `TENSOR_LIFETIME_EXACT_MAX` | a number of live records (default 16) | above it, inner iteration ends walk what changed plus a bounded slice (`tracker::sweep`); set low to test that mode on small programs |
 //!
 //! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
 //! accepted values, and the default is kept.
@@ -123,7 +123,7 @@ pub(crate) fn expand_path(path: &str, rank: Option<u32>, pid: u32) -> String {
 }
 
 fn exact_max(value: Option<&str>) -> usize {
-    const DEFAULT: usize = 48;
+    const DEFAULT: usize = 16;
     match value.map(str::trim) {
         None | Some("") => DEFAULT,
         Some(v) => v.parse().unwrap_or_else(|_| {
@@ -131,7 +131,7 @@ fn exact_max(value: Option<&str>) -> usize {
                 "TENSOR_LIFETIME_EXACT_MAX",
                 v,
                 "a number of live records",
-                "48 is used",
+                "16 is used",
             );
             DEFAULT
         }),

@@ -1,7 +1,7 @@
 //! Generations: what keeps an inner iteration end's cost bounded when many records are
 //! alive (issue 16; the rule is in [`super::sweep`]'s module docs).
 //!
-//! Above `TENSOR_LIFETIME_EXACT_MAX` (48) live records the registry is split in two. The *young* records
+//! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry is split in two. The *young* records
 //! (`State::records`: made since the latest sweep, and every record whose tensor had an
 //! autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in shards of
 //! at most [`SHARD_MAX`] records, and a partial sweep walks one shard of them, round
@@ -16,16 +16,21 @@ use super::{FastMap, Record, State};
 use std::collections::VecDeque;
 use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 
-/// Old records per shard before the shards are split (a power-of-two table of 32
-/// buckets holds 28): a partial sweep walks one shard, 14 to 28 records.
+/// Old records per shard before the shards are split: a partial sweep walks one shard,
+/// 14 to 28 records.
 const SHARD_MAX: usize = 28;
+
+/// One shard: its records in the order they turned old. A vector, not a table: a record
+/// turns old with a push (no hash), a walk reads it in memory order, and the rare lookup
+/// of one old record (a store or an alias seen on it) compares at most a few dozen keys.
+type Shard = Vec<(usize, Record)>;
 
 /// The old records, in shards chosen by the top bits of a hash of their tensor's creation
 /// serial (not of its address: which records a partial sweep walks together is then the
 /// same in every run of a program, with or without an event log).
 #[derive(Default)]
 pub(super) struct Old {
-    shards: Vec<FastMap<usize, Record>>,
+    shards: Vec<Shard>,
     bits: u32,
     len: usize,
     cursor: usize,
@@ -56,36 +61,51 @@ impl Old {
 
     pub(super) fn get_mut(&mut self, key: usize, serial: u32) -> Option<&mut Record> {
         let i = Old::shard_of(serial, self.bits);
-        self.shards.get_mut(i)?.get_mut(&key)
+        let shard = self.shards.get_mut(i)?;
+        shard.iter_mut().find(|(k, _)| *k == key).map(|(_, r)| r)
     }
 
     pub(super) fn get(&self, key: usize, serial: u32) -> Option<&Record> {
         let i = Old::shard_of(serial, self.bits);
-        self.shards.get(i)?.get(&key)
+        let shard = self.shards.get(i)?;
+        shard.iter().find(|(k, _)| *k == key).map(|(_, r)| r)
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &Record> {
-        self.shards.iter().flat_map(|s| s.values())
+        self.shards.iter().flatten().map(|(_, r)| r)
     }
 
     pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Record> {
-        self.shards.iter_mut().flat_map(|s| s.values_mut())
+        self.shards.iter_mut().flatten().map(|(_, r)| r)
     }
 
     /// Keeps the records for which `f` is true, in every shard.
     pub(super) fn retain_all(&mut self, f: &mut impl FnMut(&usize, &mut Record) -> bool) {
         for s in &mut self.shards {
-            s.retain(|k, r| f(k, r));
+            s.retain_mut(|(k, r)| f(k, r));
         }
         self.len = self.shards.iter().map(|s| s.len()).sum();
     }
 
+    /// No old records, in `1 << bits` shards (none allocated yet).
+    fn with_bits(bits: u32) -> Old {
+        Old {
+            shards: (0..1usize << bits).map(|_| Shard::new()).collect(),
+            bits,
+            ..Old::default()
+        }
+    }
+
     fn insert(&mut self, key: usize, r: Record) {
         if self.shards.is_empty() {
-            self.shards.push(FastMap::default());
+            self.shards.push(Shard::new());
         }
         let i = Old::shard_of(r.serial, self.bits);
-        self.shards[i].insert(key, r);
+        let shard = &mut self.shards[i];
+        if shard.capacity() == 0 {
+            shard.reserve_exact(SHARD_MAX);
+        }
+        shard.push((key, r));
         self.len += 1;
         if self.len > SHARD_MAX << self.bits {
             self.split();
@@ -97,18 +117,17 @@ impl Old {
     fn split(&mut self) {
         let bits = self.bits + 1;
         let old = std::mem::take(&mut self.shards);
-        let per = (self.len >> bits) + 1;
-        let mut shards: Vec<FastMap<usize, Record>> = Vec::with_capacity(old.len() * 2);
+        let mut shards: Vec<Shard> = Vec::with_capacity(old.len() * 2);
         for shard in old {
             let (mut lo, mut hi) = (
-                FastMap::with_capacity_and_hasher(per, Default::default()),
-                FastMap::with_capacity_and_hasher(per, Default::default()),
+                Shard::with_capacity(SHARD_MAX),
+                Shard::with_capacity(SHARD_MAX),
             );
             for (key, r) in shard {
                 if Old::shard_of(r.serial, bits) & 1 == 0 {
-                    lo.insert(key, r);
+                    lo.push((key, r));
                 } else {
-                    hi.insert(key, r);
+                    hi.push((key, r));
                 }
             }
             shards.push(lo);
@@ -257,6 +276,39 @@ impl SiteAgg {
         }
     }
 
+    /// Takes in `other`, the survivors of a closed nested loop at this site, now all
+    /// born in `iteration` of this frame.
+    fn absorb(&mut self, other: SiteAgg, iteration: u32) {
+        if other.survivors == 0 {
+            return;
+        }
+        self.survivors += other.survivors;
+        let n = other.survivors.min(u64::from(u32::MAX)) as u32;
+        let its = &mut self.iterations;
+        match its.binary_search_by_key(&iteration, |e| e.0) {
+            Ok(i) => {
+                if its[i].1 == 0 {
+                    self.distinct += 1;
+                }
+                its[i].1 = its[i].1.saturating_add(n);
+            }
+            Err(i) => {
+                its.insert(i, (iteration, n));
+                self.distinct += 1;
+            }
+        }
+        self.bytes += other.bytes;
+        self.view_bytes += other.view_bytes;
+        self.view_storage_bytes += other.view_storage_bytes;
+        self.refcount = self.refcount.max(other.refcount);
+        for (holder, count) in other.holders {
+            match self.holders.iter_mut().find(|(h, _)| *h == holder) {
+                Some((_, n)) => *n += count,
+                None => self.holders.push((holder, count)),
+            }
+        }
+    }
+
     fn has_iteration(&self, iteration: u32) -> bool {
         self.iterations
             .binary_search_by_key(&iteration, |e| e.0)
@@ -287,6 +339,38 @@ impl Aggregates {
         &mut v[i].1
     }
 }
+
+impl Generations {
+    /// The generational mode starting again, with as many shards as it had when it last
+    /// ended (`bits`, up to [`START_BITS_MAX`]): a loop whose records all die at its
+    /// epoch's end (a rollout) does not split its shards again, one doubling after the
+    /// other, in every epoch.
+    fn with_shard_bits(bits: u32) -> Generations {
+        Generations {
+            old: Old::with_bits(bits.min(START_BITS_MAX)),
+            ..Generations::default()
+        }
+    }
+
+    /// A nested loop `frame` closed: the aggregates of its old survivors move to the
+    /// enclosing frame's `iteration` (`parent` 0: none; records outside any loop have no
+    /// aggregates), as its records do. What a full walk would rebuild, without the walk.
+    pub(super) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
+        let Some(sites) = self.aggs.frames.remove(&frame) else {
+            return;
+        };
+        if parent == 0 {
+            return;
+        }
+        for (site, agg) in sites {
+            self.aggs.site_mut(parent, site).absorb(agg, iteration);
+        }
+    }
+}
+
+/// The most shard bits the generational mode starts with (1 024 shards, 28 672 old
+/// records before a split): see [`Generations::with_shard_bits`].
+const START_BITS_MAX: u32 = 10;
 
 /// The generational registry's parts beside the young records (`State::records`).
 #[derive(Default)]
@@ -398,6 +482,7 @@ impl State {
         // A full walk that finds half the threshold or fewer goes back to exact sweeps.
         if total <= self.exact_max / 2 {
             if let Some(mut gens) = self.gens.take() {
+                self.old_bits = gens.old.bits;
                 self.records.reserve(gens.old.len());
                 for (key, r) in gens.old.drain_all() {
                     self.records.insert(key, r);
@@ -405,7 +490,10 @@ impl State {
             }
             return;
         }
-        let gens = self.gens.get_or_insert_with(Generations::default);
+        let bits = self.old_bits;
+        let gens = self
+            .gens
+            .get_or_insert_with(|| Generations::with_shard_bits(bits));
         gens.aggs.frames.clear();
         gens.aggs.roles = RoleCounts::default();
         gens.shared.clear();
@@ -560,7 +648,7 @@ impl State {
             gens.old.cursor = (i + 1) % n;
             let mut shard = std::mem::take(&mut gens.old.shards[i]);
             let before = shard.len();
-            shard.retain(|_, r| {
+            shard.retain_mut(|(_, r)| {
                 let refcount = r.weak.strong_count();
                 if refcount == 0 {
                     dropped += 1;
@@ -623,7 +711,9 @@ impl State {
             merged,
             ..
         } = &mut self.scratch;
-        merged.clear();
+        // `merged` holds the summaries of an earlier sweep: their slots are refilled, so
+        // their holders keep their allocations.
+        let mut used = 0;
         let (mut i, mut j) = (0, 0);
         while i < aggs.len() || j < sites.len() {
             let agg = aggs.get(i).filter(|a| a.1.survivors > 0);
@@ -639,7 +729,7 @@ impl State {
             };
             let both = matches!((agg, young), (Some(a), Some(y)) if a.0 == y.site);
             if !take_agg {
-                merged.push(std::mem::take(&mut sites[j]));
+                std::mem::swap(next_slot(merged, &mut used), &mut sites[j]);
                 j += 1;
                 continue;
             }
@@ -679,12 +769,33 @@ impl State {
                 }
             }
             i += 1;
-            super::holders::finish_holders(&mut s, holders);
-            merged.push(s);
+            let slot = next_slot(merged, &mut used);
+            let (kept, paths) = (
+                std::mem::take(&mut slot.holders),
+                std::mem::take(&mut slot.call_paths),
+            );
+            *slot = SiteSweep {
+                holders: kept,
+                call_paths: paths,
+                ..s
+            };
+            slot.call_paths.clear();
+            super::holders::finish_holders(slot, holders);
         }
+        merged.truncate(used);
         std::mem::swap(sites, merged);
         super::sweep::trim_vec(merged);
     }
+}
+
+/// The next slot of `v` to fill (`used` of them are filled): an earlier summary, whose
+/// holders and call paths keep their allocations, or a new one.
+fn next_slot<'a>(v: &'a mut Vec<SiteSweep>, used: &mut usize) -> &'a mut SiteSweep {
+    if *used == v.len() {
+        v.push(SiteSweep::default());
+    }
+    *used += 1;
+    &mut v[*used - 1]
 }
 
 /// `r`'s holder as its aggregate counts it: its latest store; else, when another record

@@ -23,9 +23,13 @@ pub(super) fn summarize_survivors(
         survivors,
         holders,
         sites: out,
+        merged,
         ..
     } = scratch;
     if survivors.is_empty() {
+        // The summaries of the latest sweep go to `merged`, whose slots the next merge
+        // with the aggregates refills (their allocations kept).
+        std::mem::swap(out, merged);
         out.clear();
         return;
     }

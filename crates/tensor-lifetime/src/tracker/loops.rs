@@ -305,13 +305,12 @@ impl Tracker {
                 r.iteration = new_iteration as u32;
             }
         }
-        let t_ns = self.now_ns();
-        if st.gens.is_some() {
-            // The aggregates of the old records follow them to the enclosing frame: a full
-            // walk rebuilds them (a loop's close walks every record anyway).
-            let log = st.log.is_some();
-            st.sweep(None, t_ns, log, true);
+        // The aggregates of the old records follow them to the enclosing frame. No walk:
+        // the dead are found by the next sweep, as at any inner iteration end.
+        if let Some(gens) = st.gens.as_mut() {
+            gens.reframe(frame as u32, new_frame as u32, new_iteration as u32);
         }
+        let t_ns = self.now_ns();
         st.emit(Event::LoopEnd {
             t_ns,
             frame,

@@ -273,6 +273,9 @@ struct State {
     /// The old records and the aggregates of the generational mode (more than
     /// `exact_max` live records); `None`: every record is in `records`.
     gens: Option<generations::Generations>,
+    /// The old records' shard bits when the generational mode last ended (its next
+    /// start begins with as many shards).
+    old_bits: u32,
     /// Live records above which inner iteration ends sweep partially
     /// (`TENSOR_LIFETIME_EXACT_MAX`).
     exact_max: usize,
@@ -334,6 +337,7 @@ impl Tracker {
                 log_flushed_ns: 0,
                 scratch: Scratch::default(),
                 gens: None,
+                old_bits: 0,
                 made_from: inputs::MadeFrom::default(),
                 exact_max,
             }),

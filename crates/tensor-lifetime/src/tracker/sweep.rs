@@ -6,7 +6,7 @@
 //!
 //! # What an iteration end walks (issue 16)
 //!
-//! - **Exact walk** (every live record): while at most `TENSOR_LIFETIME_EXACT_MAX` (48)
+//! - **Exact walk** (every live record): while at most `TENSOR_LIFETIME_EXACT_MAX` (16)
 //!   records are alive; at the end of an *outermost* iteration (a loop with no enclosing
 //!   loop on its thread); at every query (`report`, `snapshot`, `site_totals`, leak
 //!   tests, `memory_stats`); at a loop's close (which walks every record anyway to hand
