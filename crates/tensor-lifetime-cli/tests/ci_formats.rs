@@ -8,14 +8,25 @@ use insta::assert_snapshot;
 use std::path::PathBuf;
 
 /// The SARIF 2.1.0 schema that serde-sarif ships (`src/schema.json`), found through
-/// `cargo metadata` (serde-sarif is a dev-dependency that is never compiled).
+/// `cargo metadata` (serde-sarif is a dev-dependency that is never compiled). Offline
+/// first; on a fresh machine `cargo metadata` needs the manifests of packages no build
+/// downloaded (serde-sarif's `schemafy_lib` and its `Inflector`), so it then runs online.
 fn sarif_schema() -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let out = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run cargo metadata");
+    let metadata = |offline: bool| {
+        let mut cmd = std::process::Command::new(&cargo);
+        cmd.args(["metadata", "--format-version", "1"]);
+        if offline {
+            cmd.arg("--offline");
+        }
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo metadata")
+    };
+    let mut out = metadata(true);
+    if !out.status.success() {
+        out = metadata(false);
+    }
     assert!(
         out.status.success(),
         "{}",

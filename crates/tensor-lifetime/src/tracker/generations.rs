@@ -1,14 +1,16 @@
 //! Generations: what keeps an inner iteration end's cost bounded when many records are
 //! alive (issue 16; the rule is in [`super::sweep`]'s module docs).
 //!
-//! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry is split in two. The *young* records
-//! (`State::records`: made since the latest sweep, and every record whose tensor had an
-//! autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in shards of
-//! at most [`SHARD_MAX`] records, and a partial sweep walks one shard of them, round
-//! robin. What the summaries need of the old records is kept in running aggregates
-//! ([`Aggregates`]: per (frame, site) survivors, their iterations, bytes and holders;
-//! per device, the bytes they own), added to when a record turns old and taken from when
-//! a walk finds it dead. A full walk rebuilds all of it from the records.
+//! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry is split in two. The
+//! *young* records (`State::records`: made since the latest sweep, and every record whose
+//! tensor had an autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in
+//! shards of at most [`SHARD_MAX`] records (vectors: turning old is a push), and a partial
+//! sweep walks one shard of them, round robin. The mode starts again with as many shards as
+//! it last had, so a rollout whose records all die at each epoch's end does not split its
+//! shards anew in every epoch. What the summaries need of the old records is kept in
+//! running aggregates ([`Aggregates`]: per (frame, site) survivors, their iterations, bytes
+//! and holders; per device, the bytes they own), added to when a record turns old and taken
+//! from when a walk finds it dead. A full walk rebuilds all of it from the records.
 
 use super::roles::{self, RoleCounts};
 use super::sweep::{device_index, Claim, DeviceBytes, Scratch, SweepResult};
@@ -79,10 +81,17 @@ impl Old {
         self.shards.iter_mut().flatten().map(|(_, r)| r)
     }
 
-    /// Keeps the records for which `f` is true, in every shard.
+    /// Keeps the records for which `f` is true, in every shard (a full walk). A shard it
+    /// empties gives its memory back: with more shards than old records (the count kept
+    /// from an earlier epoch, [`Generations::with_shard_bits`]) the few survivors of a
+    /// long loop land in a different shard at every iteration, and kept capacities would
+    /// add up to every shard's.
     pub(super) fn retain_all(&mut self, f: &mut impl FnMut(&usize, &mut Record) -> bool) {
         for s in &mut self.shards {
             s.retain_mut(|(k, r)| f(k, r));
+            if s.is_empty() && s.capacity() > 0 {
+                *s = Shard::new();
+            }
         }
         self.len = self.shards.iter().map(|s| s.len()).sum();
     }
@@ -101,9 +110,13 @@ impl Old {
             self.shards.push(Shard::new());
         }
         let i = Old::shard_of(r.serial, self.bits);
+        // A full shard's room at once where shards fill (at least one record per shard
+        // on average), not 4, 8, 16, 32 one copy after the other; a sparse table grows
+        // its shards as `Vec` does.
+        let dense = self.len >= self.shards.len();
         let shard = &mut self.shards[i];
-        if shard.capacity() == 0 {
-            shard.reserve_exact(SHARD_MAX);
+        if dense && shard.len() == shard.capacity() {
+            shard.reserve_exact(SHARD_MAX.max(2 * shard.len()) - shard.len());
         }
         shard.push((key, r));
         self.len += 1;

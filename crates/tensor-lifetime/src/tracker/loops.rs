@@ -305,12 +305,22 @@ impl Tracker {
                 r.iteration = new_iteration as u32;
             }
         }
-        // The aggregates of the old records follow them to the enclosing frame. No walk:
-        // the dead are found by the next sweep, as at any inner iteration end.
-        if let Some(gens) = st.gens.as_mut() {
-            gens.reframe(frame as u32, new_frame as u32, new_iteration as u32);
-        }
         let t_ns = self.now_ns();
+        // The aggregates of the old records follow them to the enclosing frame. When that
+        // frame is outermost its next iteration end walks every record, so they are
+        // moved, not rebuilt; a frame nested deeper sweeps partially at its next end,
+        // which must see the records exactly: a full walk rebuilds them.
+        let enclosing_is_outermost = parent
+            .and_then(|(p, _)| st.frames.get(&p))
+            .is_none_or(|f| f.parent.is_none());
+        if let Some(gens) = st.gens.as_mut() {
+            if enclosing_is_outermost {
+                gens.reframe(frame as u32, new_frame as u32, new_iteration as u32);
+            } else {
+                let log = st.log.is_some();
+                st.sweep(None, t_ns, log, true);
+            }
+        }
         st.emit(Event::LoopEnd {
             t_ns,
             frame,

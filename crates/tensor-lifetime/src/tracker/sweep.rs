@@ -9,8 +9,11 @@
 //! - **Exact walk** (every live record): while at most `TENSOR_LIFETIME_EXACT_MAX` (16)
 //!   records are alive; at the end of an *outermost* iteration (a loop with no enclosing
 //!   loop on its thread); at every query (`report`, `snapshot`, `site_totals`, leak
-//!   tests, `memory_stats`); at a loop's close (which walks every record anyway to hand
-//!   its survivors to the enclosing iteration).
+//!   tests, `memory_stats`); at the close of a loop nested two deep or more (its
+//!   survivors are handed to an enclosing iteration whose end is partial). A loop whose
+//!   enclosing loop is outermost hands them over without a walk: the aggregates of its
+//!   frame move to that iteration ([`super::generations::Generations::reframe`]), and the
+//!   outermost iteration's end walks everything.
 //! - **Partial sweep** (an inner iteration end with more records alive,
 //!   [`super::generations`]): the *young* records (made since the latest sweep, and those
 //!   whose tensor had an autograd op) are walked and, but for the latter, turned *old*;
