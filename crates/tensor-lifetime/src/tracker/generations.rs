@@ -185,7 +185,16 @@ pub(super) struct SiteAgg {
     /// walk): shown, not judged.
     refcount: u64,
     holders: Vec<(HolderSpec, u64)>,
+    /// Survivors per role (by role index): the summary's role is the most frequent, as
+    /// an exact walk's.
+    roles: [u32; 8],
+    /// The call paths that created the survivors, with their counts: the first
+    /// [`PATHS`] seen (an exact walk's summary keeps as many).
+    paths: [(u32, u32); PATHS],
 }
+
+/// Call paths kept per site, as in an exact walk's summary.
+const PATHS: usize = 4;
 
 impl SiteAgg {
     fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
@@ -223,6 +232,30 @@ impl SiteAgg {
             Some((_, n)) => *n += 1,
             None => self.holders.push((holder, 1)),
         }
+        self.roles[usize::from(r.role & roles::INDEX)] += 1;
+        self.add_path(r.path, 1);
+    }
+
+    fn add_path(&mut self, path: u32, n: u32) {
+        if path == 0 {
+            return;
+        }
+        if let Some(e) = self.paths.iter_mut().find(|e| e.0 == path || e.1 == 0) {
+            *e = (path, e.1 + n);
+        }
+    }
+
+    /// The role of most survivors, and their call paths (most frequent first), into `s`.
+    fn origin_into(&self, s: &mut SiteSweep) {
+        let best = (0..8usize)
+            .max_by_key(|&i| (self.roles[i], std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        s.role = Some(roles::role(best as u8));
+        let mut paths = self.paths;
+        paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        s.call_paths.clear();
+        s.call_paths
+            .extend(paths.iter().filter(|e| e.1 > 0).map(|e| e.0));
     }
 
     fn remove(&mut self, r: &Record, holder: HolderSpec) {
@@ -256,6 +289,11 @@ impl SiteAgg {
             if self.holders[i].1 == 0 {
                 self.holders.swap_remove(i);
             }
+        }
+        let role = &mut self.roles[usize::from(r.role & roles::INDEX)];
+        *role = role.saturating_sub(1);
+        if let Some(e) = self.paths.iter_mut().find(|e| e.0 == r.path && e.1 > 0) {
+            e.1 -= 1;
         }
     }
 
@@ -319,6 +357,12 @@ impl SiteAgg {
                 Some((_, n)) => *n += count,
                 None => self.holders.push((holder, count)),
             }
+        }
+        for (mine, theirs) in self.roles.iter_mut().zip(other.roles) {
+            *mine += theirs;
+        }
+        for (path, n) in other.paths {
+            self.add_path(path, n);
         }
     }
 
@@ -477,6 +521,13 @@ impl State {
         if r.role != before {
             gens.aggs.roles.count(before, r.owned_bytes(), false);
             gens.aggs.roles.count(r.role, r.owned_bytes(), true);
+            let (frame, site, after) = (r.frame, r.site, r.role);
+            if frame != 0 {
+                let counts = &mut gens.aggs.site_mut(frame, site).roles;
+                let b = &mut counts[usize::from(before & roles::INDEX)];
+                *b = b.saturating_sub(1);
+                counts[usize::from(after & roles::INDEX)] += 1;
+            }
         }
     }
 
@@ -748,11 +799,15 @@ impl State {
             }
             let (site, a) = (agg.unwrap().0, &agg.unwrap().1);
             let mut s = a.summary(site);
+            let mut young_paths = [0u32; PATHS];
             holders.clear();
             holders.extend_from_slice(&a.holders);
             if both {
                 let y = std::mem::take(&mut sites[j]);
                 j += 1;
+                for (to, p) in young_paths.iter_mut().zip(&y.call_paths) {
+                    *to = *p;
+                }
                 // Distinct iterations: the young survivors' that the old ones lack.
                 let mut last = None;
                 let mut extra = 0;
@@ -792,7 +847,13 @@ impl State {
                 call_paths: paths,
                 ..s
             };
-            slot.call_paths.clear();
+            // The old survivors' role and call paths; then the young ones' paths.
+            a.origin_into(slot);
+            for p in young_paths.into_iter().filter(|p| *p != 0) {
+                if slot.call_paths.len() < PATHS && !slot.call_paths.contains(&p) {
+                    slot.call_paths.push(p);
+                }
+            }
             super::holders::finish_holders(slot, holders);
         }
         merged.truncate(used);
