@@ -8,7 +8,7 @@
 //! session (`TENSOR_LIFETIME_EXACT_MAX=0` makes every inner iteration end partial).
 
 use candle_core::{Device, Result, Tensor};
-use tensor_lifetime::{check_leaks, LeakTestOptions, LeakTestOutcome};
+use tensor_lifetime::{check_leaks, LeakTestOptions, LeakTestOutcome, Role};
 
 const EPOCHS: usize = 3;
 const EPISODES: usize = 4;
@@ -89,6 +89,11 @@ fn a_history_kept_three_loops_deep_is_a_leak_named_and_sized() {
         outcome.report
     );
     assert_eq!(leak.iterations, EPISODES as u64, "{}", outcome.report);
+    // Its role and where it was created, as an exact walk names them, though the
+    // summaries' survivors are old records summed up by the partial sweeps.
+    assert_eq!(leak.role, Some(Role::Other), "{}", outcome.report);
+    let path: Vec<&str> = leak.call_path.iter().map(|f| f.function.as_str()).collect();
+    assert_eq!(path, ["agent"], "{}", outcome.report);
 }
 
 #[test]

@@ -240,22 +240,36 @@ impl SiteAgg {
         if path == 0 {
             return;
         }
-        if let Some(e) = self.paths.iter_mut().find(|e| e.0 == path || e.1 == 0) {
-            *e = (path, e.1 + n);
+        if let Some(e) = self.paths.iter_mut().find(|e| e.0 == path) {
+            e.1 += n;
+        } else if let Some(e) = self.paths.iter_mut().find(|e| e.1 == 0) {
+            *e = (path, n);
         }
     }
 
     /// The role of most survivors, and their call paths (most frequent first), into `s`.
     fn origin_into(&self, s: &mut SiteSweep) {
-        let best = (0..8usize)
-            .max_by_key(|&i| (self.roles[i], std::cmp::Reverse(i)))
-            .unwrap_or(0);
+        let mut best = 0;
+        for (i, n) in self.roles.iter().enumerate().skip(1) {
+            if *n > self.roles[best] {
+                best = i;
+            }
+        }
         s.role = Some(roles::role(best as u8));
-        let mut paths = self.paths;
-        paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         s.call_paths.clear();
-        s.call_paths
-            .extend(paths.iter().filter(|e| e.1 > 0).map(|e| e.0));
+        match self.paths {
+            // The common case: one path created every survivor of the site.
+            [(p, n), (_, 0), (_, 0), (_, 0)] => {
+                if n > 0 {
+                    s.call_paths.push(p);
+                }
+            }
+            mut paths => {
+                paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                s.call_paths
+                    .extend(paths.iter().filter(|e| e.1 > 0).map(|e| e.0));
+            }
+        }
     }
 
     fn remove(&mut self, r: &Record, holder: HolderSpec) {
