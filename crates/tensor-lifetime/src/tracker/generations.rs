@@ -8,9 +8,10 @@
 //! sweep walks one shard of them, round robin. The mode starts again with as many shards as
 //! it last had, so a rollout whose records all die at each epoch's end does not split its
 //! shards anew in every epoch. What the summaries need of the old records is kept in
-//! running aggregates ([`Aggregates`]: per (frame, site) survivors, their iterations, bytes
-//! and holders; per device, the bytes they own), added to when a record turns old and taken
-//! from when a walk finds it dead. A full walk rebuilds all of it from the records.
+//! running aggregates ([`Aggregates`]: per (frame, site) survivors, their iterations,
+//! bytes, holders, roles and creating call paths; per device, the bytes they own), added to
+//! when a record turns old and taken from when a walk finds it dead. A full walk rebuilds
+//! all of it from the records.
 
 use super::roles::{self, RoleCounts};
 use super::sweep::{device_index, Claim, DeviceBytes, Scratch, SweepResult};
