@@ -250,27 +250,23 @@ impl SiteAgg {
 
     /// The role of most survivors, and their call paths (most frequent first), into `s`.
     fn origin_into(&self, s: &mut SiteSweep) {
-        let mut best = 0;
-        for (i, n) in self.roles.iter().enumerate().skip(1) {
-            if *n > self.roles[best] {
-                best = i;
+        let mut paths = self.paths;
+        let mut used = 0;
+        for i in 0..PATHS {
+            if paths[i].1 > 0 {
+                paths[used] = paths[i];
+                used += 1;
             }
         }
-        s.role = Some(roles::role(best as u8));
-        s.call_paths.clear();
-        match self.paths {
-            // The common case: one path created every survivor of the site.
-            [(p, n), (_, 0), (_, 0), (_, 0)] => {
-                if n > 0 {
-                    s.call_paths.push(p);
-                }
-            }
-            mut paths => {
-                paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                s.call_paths
-                    .extend(paths.iter().filter(|e| e.1 > 0).map(|e| e.0));
-            }
-        }
+        let role = super::holders::majority(&self.roles);
+        super::holders::put_origin(s, role, &mut paths[..used]);
+    }
+
+    /// One survivor's role changed (a hint seen on an old record).
+    fn move_role(&mut self, from: u8, to: u8) {
+        let n = &mut self.roles[usize::from(from & roles::INDEX)];
+        *n = n.saturating_sub(1);
+        self.roles[usize::from(to & roles::INDEX)] += 1;
     }
 
     fn remove(&mut self, r: &Record, holder: HolderSpec) {
@@ -538,10 +534,7 @@ impl State {
             gens.aggs.roles.count(r.role, r.owned_bytes(), true);
             let (frame, site, after) = (r.frame, r.site, r.role);
             if frame != 0 {
-                let counts = &mut gens.aggs.site_mut(frame, site).roles;
-                let b = &mut counts[usize::from(before & roles::INDEX)];
-                *b = b.saturating_sub(1);
-                counts[usize::from(after & roles::INDEX)] += 1;
+                gens.aggs.site_mut(frame, site).move_role(before, after);
             }
         }
     }

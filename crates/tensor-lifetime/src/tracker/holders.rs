@@ -10,7 +10,6 @@ use super::sweep::{Claim, Scratch, Survivor};
 use super::{roles, FastMap, Record};
 use crate::weak;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
-use tensor_lifetime_report::Role;
 
 pub(super) fn summarize_survivors(
     records: &FastMap<usize, Record>,
@@ -178,33 +177,46 @@ impl Origin {
     #[inline]
     fn finish(&mut self, site: &mut SiteSweep) {
         let role = if self.mixed {
-            let best = self
-                .roles
-                .iter()
-                .enumerate()
-                .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
-                .map_or(Role::Other.index(), |(i, _)| i);
+            let best = majority(&self.roles);
             self.roles = [0; 8];
-            best as u8
+            best
         } else {
             self.first
         };
-        site.role = Some(roles::role(role));
-        let paths = &mut self.paths[..self.used];
-        match (&*paths, site.call_paths.as_slice()) {
-            // The common case: the path of the previous sweep of this slot.
-            ([(p, _)], [q]) if p == q => {}
-            _ => {
-                if paths.len() > 1 {
-                    paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                }
-                site.call_paths.clear();
-                site.call_paths.extend(paths.iter().map(|p| p.0));
-            }
-        }
+        put_origin(site, role, &mut self.paths[..self.used]);
         self.first = Origin::NONE;
         self.mixed = false;
         self.used = 0;
+    }
+}
+
+/// The role index with the most survivors in `roles` (the lowest index on a tie).
+pub(super) fn majority(roles: &[u32; 8]) -> u8 {
+    let mut best = 0;
+    for (i, n) in roles.iter().enumerate().skip(1) {
+        if *n > roles[best] {
+            best = i;
+        }
+    }
+    best as u8
+}
+
+/// Puts role `role` (an index) and the call paths `paths` ((path, survivors), sorted
+/// here, most survivors first) in `site`'s summary: what an exact walk's summary and the
+/// aggregates of old records ([`super::generations`]) both say of a site's origin.
+#[inline]
+pub(super) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)]) {
+    site.role = Some(roles::role(role));
+    match (&*paths, site.call_paths.as_slice()) {
+        // The common case: the path of the previous sweep of this slot.
+        ([(p, _)], [q]) if p == q => {}
+        _ => {
+            if paths.len() > 1 {
+                paths.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            }
+            site.call_paths.clear();
+            site.call_paths.extend(paths.iter().map(|p| p.0));
+        }
     }
 }
 
