@@ -504,6 +504,12 @@ impl Analysis {
             .born(site, frame, iteration, bytes, None);
     }
 
+    /// The iterations of open loop frame `frame` that have ended (the index of the one
+    /// running now), or `None` when no such frame is open.
+    pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
+        self.frames.get(&frame).map(|f| f.iterations)
+    }
+
     /// Tensors born at `site` so far.
     pub fn births(&self, site: u32) -> u64 {
         self.born.get(site).copied().unwrap_or(0)

@@ -13,6 +13,7 @@
 //! when a record turns old and taken from when a walk finds it dead. A full walk rebuilds
 //! all of it from the records.
 
+use super::loops::born_running;
 use super::roles::{self, RoleCounts};
 use super::sweep::{device_index, Claim, DeviceBytes, Scratch, SweepResult};
 use super::{FastMap, Record, State};
@@ -95,6 +96,21 @@ impl Old {
             }
         }
         self.len = self.shards.iter().map(|s| s.len()).sum();
+    }
+
+    /// Moves the records for which `f` is true to `out` (turned young again).
+    fn take_if(&mut self, f: impl Fn(&Record) -> bool, out: &mut Vec<(usize, Record)>) {
+        for s in &mut self.shards {
+            let mut i = 0;
+            while i < s.len() {
+                if f(&s[i].1) {
+                    out.push(s.swap_remove(i));
+                    self.len -= 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
     }
 
     /// No old records, in `1 << bits` shards (none allocated yet).
@@ -547,9 +563,12 @@ impl State {
 
     /// After an exact walk that built the claims table for every live record (more than
     /// `State::exact_max` of them), or after a full walk in generational mode: every record
-    /// without an autograd op turns old, and the aggregates are rebuilt from the records.
-    /// A full walk that found few records goes back to exact sweeps.
-    pub(super) fn rebuild_generations(&mut self) {
+    /// turns old but those with an autograd op and those born in a running iteration (of
+    /// an open loop that does not enclose `own`, the frame whose iteration ended:
+    /// [`super::loops::running_iterations`]), which are young again if they were old; the
+    /// aggregates are rebuilt from the records. A full walk that found few records goes
+    /// back to exact sweeps.
+    pub(super) fn rebuild_generations(&mut self, own: Option<u64>) {
         let total = self.live_len();
         // A full walk that finds half the threshold or fewer goes back to exact sweeps.
         if total <= self.exact_max / 2 {
@@ -587,15 +606,22 @@ impl State {
         for r in self.records.values_mut() {
             r.owns = owns(&self.claims, r);
         }
-        // Those with an autograd op stay young (their graphs are walked at every sweep).
+        // Those with an autograd op stay young (their graphs are walked at every sweep),
+        // and so do those born in a running iteration.
+        let mut running = std::mem::take(&mut self.scratch.running);
+        super::loops::running_iterations(&self.frames, &self.analysis, own, &mut running);
         let mut stay = std::mem::take(&mut self.scratch.promote);
         for (key, r) in self.records.drain() {
-            if r.has_graph {
+            if r.has_graph || born_running(&running, &r) {
                 stay.push((key, r));
             } else {
                 gens.old.insert(key, r);
             }
         }
+        if !running.is_empty() {
+            gens.old.take_if(|r| born_running(&running, r), &mut stay);
+        }
+        self.scratch.running = running;
         self.records.extend(stay.drain(..));
         self.scratch.promote = stay;
         super::sweep::trim_vec(&mut self.scratch.promote);
@@ -622,6 +648,8 @@ impl State {
             devices,
             gens,
             roles,
+            frames,
+            analysis,
             ..
         } = self;
         let gens = gens.as_mut().expect("generational mode");
@@ -630,7 +658,11 @@ impl State {
         let mut promote = std::mem::take(&mut scratch.promote);
         promote.clear();
         let mut dropped = 0u64;
+        // Records of a loop other than this one and those enclosing it on this thread
+        // (another thread's, most often): those born in its running iteration stay young.
+        let mut foreign = false;
         for (key, r) in records.drain() {
+            foreign |= r.frame != frame as u32 && r.frame != 0;
             if r.weak.strong_count() == 0 {
                 dropped += 1;
                 // Born and dead within the iteration: a temporary of its role.
@@ -642,10 +674,16 @@ impl State {
                 promote.push((key, r));
             }
         }
-        // Those with an autograd op stay young (their graphs are walked at every sweep).
+        // Those with an autograd op stay young (their graphs are walked at every sweep),
+        // and those born in another thread's running iteration.
+        let running = &mut scratch.running;
+        if foreign {
+            super::loops::running_iterations(frames, analysis, Some(frame), running);
+        }
         let mut i = 0;
         while i < promote.len() {
-            if promote[i].1.has_graph {
+            let r = &promote[i].1;
+            if r.has_graph || (foreign && born_running(running, r)) {
                 let (key, r) = promote.swap_remove(i);
                 records.insert(key, r);
             } else {

@@ -5,13 +5,14 @@
 use super::local::{set_iteration, OpenLoop, LOCAL};
 use super::output::PrintedFinding;
 use super::sweep::trim_vec;
-use super::{State, Tracker};
+use super::{FastMap, Record, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
 use crate::weak;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
+use tensor_lifetime_report::Analysis;
 
 /// An open loop frame, as the global state knows it.
 #[derive(Debug)]
@@ -332,6 +333,54 @@ impl Tracker {
         }
         st.frames.remove(&frame);
     }
+}
+
+/// The running iterations whose records a walk leaves young, as (frame, iteration) into
+/// `out`: every open frame's, but for an iteration end of `own` (`None`: a query's walk or
+/// a loop's close), those of `own` and of the loops enclosing it on its thread.
+///
+/// A record turned old while its iteration runs may be a temporary of that iteration,
+/// dead before its end: it would then count as a survivor until the round robin reached
+/// it, and by how much depends on when other threads' walks ran. Left young, it is walked
+/// at the iteration's end. The enclosing loops of an ending iteration are the exception:
+/// their running iterations hold what the inner loop works on (a model, a dataset, an
+/// episode's buffer), and walking it at every inner iteration end is the cost the
+/// generations avoid; their temporaries are settled at their own ends, whose walks follow
+/// a loop's close (it leaves every running iteration's records young) or are exact.
+///
+/// Which iteration of a frame runs is the count of its ended iterations that the analysis
+/// keeps (it sees every iteration end under the same lock): asking it costs the hot path
+/// nothing.
+pub(super) fn running_iterations(
+    frames: &FastMap<u64, FrameState>,
+    analysis: &Analysis,
+    own: Option<u64>,
+    out: &mut Vec<(u32, u32)>,
+) {
+    out.clear();
+    for &id in frames.keys() {
+        let mut chain = own;
+        let mut mine = false;
+        while let Some(c) = chain {
+            if c == id {
+                mine = true;
+                break;
+            }
+            chain = frames.get(&c).and_then(|f| f.parent).map(|p| p.0);
+        }
+        if !mine {
+            let running = analysis.iterations_ended(id).unwrap_or(0);
+            out.push((id as u32, running.min(u64::from(u32::MAX)) as u32));
+        }
+    }
+}
+
+/// Whether `r` was born in one of the `running` iterations ([`running_iterations`]).
+#[inline]
+pub(super) fn born_running(running: &[(u32, u32)], r: &Record) -> bool {
+    running
+        .iter()
+        .any(|&(frame, iteration)| r.frame == frame && r.iteration >= iteration)
 }
 
 impl State {

@@ -115,6 +115,9 @@ pub(super) struct Scratch {
     pub(super) promote: Vec<(usize, Record)>,
     pub(super) storages: FastMap<usize, Owner>,
     pub(super) merged: Vec<SiteSweep>,
+    /// The running iterations whose records the sweep leaves young
+    /// ([`super::loops::running_iterations`]).
+    pub(super) running: Vec<(u32, u32)>,
     /// The event log's latest birth event, refilled for the next one.
     pub(super) born: Option<Event>,
 }
@@ -235,7 +238,7 @@ impl State {
             if !claimed {
                 self.build_claims();
             }
-            self.rebuild_generations();
+            self.rebuild_generations(frame);
         }
         // The claims table is rebuilt when needed; its capacity is kept for typical loops
         // and given back when large, so steady-state memory is the records alone.
