@@ -2,8 +2,9 @@
 //! alive (issue 16; the rule is in [`super::sweep`]'s module docs).
 //!
 //! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry is split in two. The
-//! *young* records (`State::records`: made since the latest sweep, and every record whose
-//! tensor had an autograd op) are walked at every sweep; the *old* ones ([`Old`]) live in
+//! *young* records (`State::records`: made since the latest sweep, every record whose
+//! tensor had an autograd op, and those born in an iteration still running that the walk
+//! may not turn old, [`super::loops::running_iterations`]) are walked at every sweep; the *old* ones ([`Old`]) live in
 //! shards of at most [`SHARD_MAX`] records (vectors: turning old is a push), and a partial
 //! sweep walks one shard of them, round robin. The mode starts again with as many shards as
 //! it last had, so a rollout whose records all die at each epoch's end does not split its
@@ -563,12 +564,11 @@ impl State {
 
     /// After an exact walk that built the claims table for every live record (more than
     /// `State::exact_max` of them), or after a full walk in generational mode: every record
-    /// turns old but those with an autograd op and those born in a running iteration (of
-    /// an open loop that does not enclose `own`, the frame whose iteration ended:
-    /// [`super::loops::running_iterations`]), which are young again if they were old; the
-    /// aggregates are rebuilt from the records. A full walk that found few records goes
-    /// back to exact sweeps.
-    pub(super) fn rebuild_generations(&mut self, own: Option<u64>) {
+    /// turns old but those with an autograd op and those born in a running iteration that
+    /// `settled` does not let turn old ([`super::loops::running_iterations`]), which are
+    /// young again if they were old; the aggregates are rebuilt from the records. A full
+    /// walk that found few records goes back to exact sweeps.
+    pub(super) fn rebuild_generations(&mut self, settled: Option<u64>) {
         let total = self.live_len();
         // A full walk that finds half the threshold or fewer goes back to exact sweeps.
         if total <= self.exact_max / 2 {
@@ -609,7 +609,7 @@ impl State {
         // Those with an autograd op stay young (their graphs are walked at every sweep),
         // and so do those born in a running iteration.
         let mut running = std::mem::take(&mut self.scratch.running);
-        super::loops::running_iterations(&self.frames, &self.analysis, own, &mut running);
+        super::loops::running_iterations(&self.frames, &self.analysis, settled, &mut running);
         let mut stay = std::mem::take(&mut self.scratch.promote);
         for (key, r) in self.records.drain() {
             if r.has_graph || born_running(&running, &r) {

@@ -4,7 +4,7 @@
 
 use super::local::{set_iteration, OpenLoop, LOCAL};
 use super::output::PrintedFinding;
-use super::sweep::trim_vec;
+use super::sweep::{trim_vec, Walk};
 use super::{FastMap, Record, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
@@ -232,7 +232,7 @@ impl Tracker {
             timed(HotPhase::Drain, || self.drain(&mut st));
             let t_ns = self.stamp();
             let sweep = timed(HotPhase::Sweep, || {
-                st.sweep(Some(frame), t_ns, self.timed, outermost)
+                st.sweep(Walk::End { frame, outermost }, t_ns, self.timed)
             });
             let duration_ns = t_ns.saturating_sub(started_ns);
             self.monitor_tick(&mut st, t_ns);
@@ -311,15 +311,16 @@ impl Tracker {
         // frame is outermost its next iteration end walks every record, so they are
         // moved, not rebuilt; a frame nested deeper sweeps partially at its next end,
         // which must see the records exactly: a full walk rebuilds them.
-        let enclosing_is_outermost = parent
+        let grandparent = parent
             .and_then(|(p, _)| st.frames.get(&p))
-            .is_none_or(|f| f.parent.is_none());
+            .and_then(|f| f.parent);
         if let Some(gens) = st.gens.as_mut() {
-            if enclosing_is_outermost {
-                gens.reframe(frame as u32, new_frame as u32, new_iteration as u32);
-            } else {
-                let log = st.log.is_some();
-                st.sweep(None, t_ns, log, true);
+            match grandparent {
+                None => gens.reframe(frame as u32, new_frame as u32, new_iteration as u32),
+                Some((settled, _)) => {
+                    let log = st.log.is_some();
+                    st.sweep(Walk::Close { settled }, t_ns, log);
+                }
             }
         }
         st.emit(Event::LoopEnd {
@@ -336,17 +337,19 @@ impl Tracker {
 }
 
 /// The running iterations whose records a walk leaves young, as (frame, iteration) into
-/// `out`: every open frame's, but for an iteration end of `own` (`None`: a query's walk or
-/// a loop's close), those of `own` and of the loops enclosing it on its thread.
+/// `out`: those of every open frame but `settled` and the loops enclosing it on its
+/// thread ([`Walk::settled`]: at an iteration end, the ending frame; at a close, the loop
+/// enclosing the closed loop's enclosing loop; for a query, none).
 ///
 /// A record turned old while its iteration runs may be a temporary of that iteration,
 /// dead before its end: it would then count as a survivor until the round robin reached
-/// it, and by how much depends on when other threads' walks ran. Left young, it is walked
-/// at the iteration's end. The enclosing loops of an ending iteration are the exception:
+/// it, by more or less depending on when other threads walked. Left young, it is walked
+/// at its iteration's end. The loops enclosing an ending iteration are the exception:
 /// their running iterations hold what the inner loop works on (a model, a dataset, an
-/// episode's buffer), and walking it at every inner iteration end is the cost the
-/// generations avoid; their temporaries are settled at their own ends, whose walks follow
-/// a loop's close (it leaves every running iteration's records young) or are exact.
+/// episode's buffer), and walking that at every inner iteration end is the cost the
+/// generations avoid. Their temporaries are settled at their own ends: an outermost
+/// iteration end is exact, and an inner one walks the records a nested loop's close
+/// left young (the closed loop's survivors and the rest of that running iteration).
 ///
 /// Which iteration of a frame runs is the count of its ended iterations that the analysis
 /// keeps (it sees every iteration end under the same lock): asking it costs the hot path
@@ -354,12 +357,12 @@ impl Tracker {
 pub(super) fn running_iterations(
     frames: &FastMap<u64, FrameState>,
     analysis: &Analysis,
-    own: Option<u64>,
+    settled: Option<u64>,
     out: &mut Vec<(u32, u32)>,
 ) {
     out.clear();
     for &id in frames.keys() {
-        let mut chain = own;
+        let mut chain = settled;
         let mut mine = false;
         while let Some(c) = chain {
             if c == id {

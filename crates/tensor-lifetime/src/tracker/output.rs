@@ -2,7 +2,7 @@
 //! outermost iterations and loops, and the queries behind the public API (report,
 //! snapshot, site totals, tracked bytes per device).
 
-use super::sweep::SweepResult;
+use super::sweep::{SweepResult, Walk};
 use super::{State, Tracker};
 use crate::config::{Config, ReportMode};
 use crate::device::DeviceId;
@@ -134,7 +134,7 @@ impl Tracker {
         self.drain(&mut st);
         let t_ns = self.now_ns();
         let log = st.log.is_some();
-        let sweep = st.sweep(None, t_ns, log, true);
+        let sweep = st.sweep(Walk::Query, t_ns, log);
         (st, sweep)
     }
 

@@ -15,12 +15,19 @@
 //!   frame move to that iteration ([`super::generations::Generations::reframe`]), and the
 //!   outermost iteration's end walks everything.
 //! - **Partial sweep** (an inner iteration end with more records alive,
-//!   [`super::generations`]): the *young* records (made since the latest sweep, and those
-//!   whose tensor had an autograd op) are walked and, but for the latter, turned *old*;
+//!   [`super::generations`]): the *young* records (made since the latest sweep, those
+//!   whose tensor had an autograd op, and those of running iterations, below) are walked
+//!   and, but for the latter two, turned *old*;
 //!   then one shard of at most 28 old records, round robin: at every partial sweep
 //!   while the walks find dead records, and up to every 16th while they find none (the
 //!   interval doubles after each walk that finds none). The cost is what changed since
 //!   the last sweep plus a bounded amount, whatever is alive.
+//! - **Running iterations**: a walk leaves young (or makes young again) the records born
+//!   in an iteration still running, but at an iteration end those of the loops enclosing
+//!   the ending one on its thread ([`super::loops::running_iterations`], [`Walk`]). So
+//!   another thread's walk never turns this thread's temporaries old, and a nested loop's
+//!   close leaves its survivors young: the enclosing iteration's end walks them, and
+//!   finds the buffer an episode dropped dead instead of counting it from aggregates.
 //! - **Aggregates** stand in for the old records: per (frame, site) survivors, their
 //!   iterations, bytes and holders, and per device the bytes they own, added when a
 //!   record turns old, moved when a store is seen on it, taken when a walk finds it dead,
@@ -176,6 +183,42 @@ impl Claim {
     }
 }
 
+/// Why a sweep runs: whose survivors it summarizes, and which running iterations' records
+/// it may turn old ([`super::loops::running_iterations`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Walk {
+    /// The end of an iteration of `frame`: its records, and the running iterations of
+    /// the loops enclosing it on its thread, may turn old.
+    End { frame: u64, outermost: bool },
+    /// The close of a loop nested two deep or more, whose survivors now belong to the
+    /// enclosing loop's running iteration: they stay young for that iteration's end;
+    /// the running iterations of `settled` (the loop enclosing that one) and of its
+    /// enclosing loops may turn old.
+    Close { settled: u64 },
+    /// A query (a report, a snapshot, a leak test's verdict): no running iteration's
+    /// records turn old.
+    Query,
+}
+
+impl Walk {
+    /// The frame whose survivors the sweep summarizes.
+    fn frame(self) -> Option<u64> {
+        match self {
+            Walk::End { frame, .. } => Some(frame),
+            Walk::Close { .. } | Walk::Query => None,
+        }
+    }
+
+    /// The innermost loop whose running iteration (and its enclosing loops') may turn old.
+    fn settled(self) -> Option<u64> {
+        match self {
+            Walk::End { frame, .. } => Some(frame),
+            Walk::Close { settled } => Some(settled),
+            Walk::Query => None,
+        }
+    }
+}
+
 /// What a sweep counted: live records and their bytes (each storage once).
 pub(super) struct SweepResult {
     pub(super) live_tensors: u64,
@@ -220,17 +263,19 @@ impl State {
         live_bytes
     }
 
-    /// The sweep of an iteration end of `frame` (`None`: a query's), or of a loop's
-    /// close: exact (every record walked) while few records are alive, when `full`, or
-    /// for a query; otherwise partial (see the module docs).
-    pub(super) fn sweep(
-        &mut self,
-        frame: Option<u64>,
-        t_ns: u64,
-        log: bool,
-        full: bool,
-    ) -> SweepResult {
-        if let (Some(_), Some(frame), false) = (&self.gens, frame, full) {
+    /// The sweep `walk`: exact (every record walked) while few records are alive, at an
+    /// outermost iteration end, a close or a query; otherwise partial (see the module
+    /// docs).
+    pub(super) fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
+        let frame = walk.frame();
+        if let (
+            Some(_),
+            Walk::End {
+                frame,
+                outermost: false,
+            },
+        ) = (&self.gens, walk)
+        {
             return self.partial_sweep(frame, t_ns, log);
         }
         let (result, claimed) = self.exact_sweep(frame, t_ns, log);
@@ -238,7 +283,7 @@ impl State {
             if !claimed {
                 self.build_claims();
             }
-            self.rebuild_generations(frame);
+            self.rebuild_generations(walk.settled());
         }
         // The claims table is rebuilt when needed; its capacity is kept for typical loops
         // and given back when large, so steady-state memory is the records alone.
