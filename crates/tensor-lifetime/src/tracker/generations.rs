@@ -4,9 +4,9 @@
 //! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry is split in two. The
 //! *young* records (`State::records`: made since the latest sweep, every record whose
 //! tensor had an autograd op, and those born in an iteration still running that the walk
-//! may not turn old, [`super::loops::running_iterations`]) are walked at every sweep; the *old* ones ([`Old`]) live in
-//! shards of at most [`SHARD_MAX`] records (vectors: turning old is a push), and a partial
-//! sweep walks one shard of them, round robin. The mode starts again with as many shards as
+//! may not turn old, [`super::loops::running_iterations`]) are walked at every sweep; the
+//! *old* ones ([`Old`]) live in shards of at most [`SHARD_MAX`] records (vectors: turning
+//! old is a push), and a partial sweep walks one shard of them, round robin. The mode starts again with as many shards as
 //! it last had, so a rollout whose records all die at each epoch's end does not split its
 //! shards anew in every epoch. What the summaries need of the old records is kept in
 //! running aggregates ([`Aggregates`]: per (frame, site) survivors, their iterations,

@@ -310,7 +310,9 @@ impl Tracker {
         // The aggregates of the old records follow them to the enclosing frame. When that
         // frame is outermost its next iteration end walks every record, so they are
         // moved, not rebuilt; a frame nested deeper sweeps partially at its next end,
-        // which must see the records exactly: a full walk rebuilds them.
+        // which must see the records exactly: a full walk rebuilds them, and leaves the
+        // records of that frame's running iteration (the closed loop's survivors among
+        // them) young for that end to walk.
         let grandparent = parent
             .and_then(|(p, _)| st.frames.get(&p))
             .and_then(|f| f.parent);
@@ -408,5 +410,90 @@ impl State {
             Some(f) => format!("at {}", f.site.location()),
             None => "?".to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensor_lifetime_report::Judgement;
+
+    /// Loops 1 ⊃ 2 on one thread, 3 ⊃ 4 on another; `ended` iterations of each.
+    fn open(
+        analysis: &mut Analysis,
+        frames: &mut FastMap<u64, FrameState>,
+        loops: [(u64, Option<u64>, u64); 4],
+    ) {
+        let site = crate::site!("loop");
+        for (frame, parent, ended) in loops {
+            frames.insert(
+                frame,
+                FrameState {
+                    parent: parent.map(|p| (p, 0)),
+                    site,
+                    started: Instant::now(),
+                    printed: Vec::new(),
+                },
+            );
+            analysis.apply(&Event::LoopStart {
+                t_ns: 0,
+                frame,
+                site: 1,
+                name: "loop".into(),
+                parent,
+                parent_iteration: parent.map(|_| 0),
+                thread: 1,
+                session: 0,
+                warmup: None,
+                window: None,
+            });
+            for iteration in 0..ended {
+                analysis.apply(&Event::IterationEnd {
+                    t_ns: 0,
+                    frame,
+                    iteration,
+                    duration_ns: 0,
+                    live_tensors: 0,
+                    live_bytes: 0,
+                    sites: Vec::new(),
+                    roles: Vec::new(),
+                });
+            }
+        }
+    }
+
+    fn running(
+        frames: &FastMap<u64, FrameState>,
+        analysis: &Analysis,
+        settled: Option<u64>,
+    ) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        running_iterations(frames, analysis, settled, &mut out);
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn a_walk_leaves_young_the_running_iterations_but_those_it_settles() {
+        let mut analysis = Analysis::new(Judgement::default());
+        let mut frames = FastMap::default();
+        open(
+            &mut analysis,
+            &mut frames,
+            [(1, None, 0), (2, Some(1), 5), (3, None, 3), (4, Some(3), 1)],
+        );
+        // An iteration end of 2: its own and its enclosing loop's records may turn old;
+        // the other thread's running iterations stay young.
+        assert_eq!(running(&frames, &analysis, Some(2)), [(3, 3), (4, 1)]);
+        // The close of a loop nested in 2: 2's running iteration stays young for its end.
+        assert_eq!(
+            running(&frames, &analysis, Some(1)),
+            [(2, 5), (3, 3), (4, 1)]
+        );
+        // A query settles nothing.
+        assert_eq!(
+            running(&frames, &analysis, None),
+            [(1, 0), (2, 5), (3, 3), (4, 1)]
+        );
     }
 }
