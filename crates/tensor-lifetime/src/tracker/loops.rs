@@ -352,6 +352,8 @@ impl Tracker {
 /// generations avoid. Their temporaries are settled at their own ends: an outermost
 /// iteration end is exact, and an inner one walks the records a nested loop's close
 /// left young (the closed loop's survivors and the rest of that running iteration).
+/// Another thread's exact walk makes them young again too, so this thread's next inner
+/// iteration end walks them once more: a cost no larger than that exact walk's.
 ///
 /// Which iteration of a frame runs is the count of its ended iterations that the analysis
 /// keeps (it sees every iteration end under the same lock): asking it costs the hot path
