@@ -6,13 +6,13 @@
 //! tensor had an autograd op, and those born in an iteration still running that the walk
 //! may not turn old, [`super::loops::running_iterations`]) are walked at every sweep; the
 //! *old* ones ([`Old`]) live in shards of at most [`SHARD_MAX`] records (vectors: turning
-//! old is a push), and a partial sweep walks one shard of them, round robin. The mode starts again with as many shards as
-//! it last had, so a rollout whose records all die at each epoch's end does not split its
-//! shards anew in every epoch. What the summaries need of the old records is kept in
-//! running aggregates ([`Aggregates`]: per (frame, site) survivors, their iterations,
-//! bytes, holders, roles and creating call paths; per device, the bytes they own), added to
-//! when a record turns old and taken from when a walk finds it dead. A full walk rebuilds
-//! all of it from the records.
+//! old is a push), and a partial sweep walks one shard of them, round robin. The mode
+//! starts again with as many shards as it last had, so a rollout whose records all die at
+//! each epoch's end does not split its shards anew in every epoch. What the summaries need
+//! of the old records is kept in running aggregates ([`Aggregates`]: per (frame, site)
+//! survivors, their iterations, bytes, holders, roles and creating call paths; per device,
+//! the bytes they own), added to when a record turns old and taken from when a walk finds
+//! it dead. A full walk rebuilds all of it from the records.
 
 use super::loops::born_running;
 use super::roles::{self, RoleCounts};

@@ -365,20 +365,14 @@ pub(super) fn running_iterations(
     out: &mut Vec<(u32, u32)>,
 ) {
     out.clear();
-    for &id in frames.keys() {
-        let mut chain = settled;
-        let mut mine = false;
-        while let Some(c) = chain {
-            if c == id {
-                mine = true;
-                break;
-            }
-            chain = frames.get(&c).and_then(|f| f.parent).map(|p| p.0);
-        }
-        if !mine {
-            let running = analysis.iterations_ended(id).unwrap_or(0);
-            out.push((id as u32, running.min(u64::from(u32::MAX)) as u32));
-        }
+    out.extend(frames.keys().map(|&id| {
+        let running = analysis.iterations_ended(id).unwrap_or(0);
+        (id as u32, running.min(u64::from(u32::MAX)) as u32)
+    }));
+    let mut chain = settled;
+    while let Some(c) = chain {
+        out.retain(|e| e.0 != c as u32);
+        chain = frames.get(&c).and_then(|f| f.parent).map(|p| p.0);
     }
 }
 
