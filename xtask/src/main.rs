@@ -7,6 +7,7 @@ mod bench;
 mod candle_matrix;
 mod cuda_toolkit;
 mod gpu_build;
+mod layers;
 mod util;
 
 use anyhow::{bail, Result};
@@ -49,6 +50,14 @@ tasks:
       target/candle-matrix/VERSION: build the library crates, run the tracker's tests and
       the four CPU examples' checks; then the same with a path copy of candle-core 0.9.1
       used through [patch.crates-io]. Prints a table. CI runs `--only 0.8.4`.
+  layers [--graph]
+      For each crate under crates/, read the module tree and every use between modules
+      (`use` items, `crate::`/`super::`/`self::` paths in code and in macro tokens; not
+      #[cfg(test)]) and check them against the rooms of docs/architecture.md's Layers
+      section: a use the table does not allow, a cycle between rooms, a stale row and a
+      module in no room fail, each named by file and line. Then check that the page names
+      every source file (crates/*/src, examples/src, tests/src, xtask/src). Reports every
+      problem. --graph: print the uses between rooms as tables instead.
   help
       This text.
 ";
@@ -66,6 +75,7 @@ fn main() -> Result<()> {
         "bench" => bench::run(&rest),
         "candle-matrix" => candle_matrix::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
+        "layers" => layers::run(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
