@@ -8,7 +8,7 @@
 //! room graph, and a cycle in it fails as well.
 
 use super::modules::{show, CrateTree, Edge, ModPath};
-use super::table::Table;
+use super::table::{Row, Table};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write;
 
@@ -108,9 +108,11 @@ pub fn check_crate(tree: &CrateTree, table: Option<&Table>) -> Vec<String> {
     }
     let graph = rooms.graph(tree);
     for (a, uses) in &graph {
+        // The root may use every room; every other room has its row.
+        let Some(row) = table.row(a) else { continue };
         for (b, sites) in uses {
-            if !allowed(table, a, b) {
-                problems.push(forbidden(tree, table, a, b, sites));
+            if !allowed(row, b) {
+                problems.push(forbidden(tree, row, b, sites));
             }
         }
     }
@@ -153,28 +155,21 @@ fn table_problems(tree: &CrateTree, table: &Table) -> Vec<String> {
     problems
 }
 
-/// Whether room `a` may use room `b` (two different rooms).
-fn allowed(table: &Table, a: &str, b: &str) -> bool {
-    a == "crate"
-        || b.strip_prefix(a).is_some_and(|rest| rest.starts_with("::"))
-        || table
-            .row(a)
-            .is_some_and(|r| r.may_use.iter().any(|u| u == b))
+/// Whether the room of `row` may use room `b` (another room): a room nested in it, or
+/// one its row names.
+fn allowed(row: &Row, b: &str) -> bool {
+    b.strip_prefix(row.room.as_str())
+        .is_some_and(|rest| rest.starts_with("::"))
+        || row.may_use.iter().any(|u| u == b)
 }
 
-fn forbidden(tree: &CrateTree, table: &Table, a: &str, b: &str, sites: &[&Edge]) -> String {
-    let mut s = format!("{}: room `{a}` may not use room `{b}`; ", tree.dir);
-    match table.row(a) {
-        Some(row) => {
-            let _ = write!(
-                s,
-                "the row\n    {PAGE}:{}: {}\n  would have to name `{b}`.",
-                row.line, row.text
-            );
-        }
-        None => s.push_str("`crate` has no row"),
-    }
-    s.push_str(" The uses:");
+/// The message of room `a`'s uses of room `b`, which its row does not allow.
+fn forbidden(tree: &CrateTree, row: &Row, b: &str, sites: &[&Edge]) -> String {
+    let mut s = format!(
+        "{}: room `{}` may not use room `{b}`; the row\n    {PAGE}:{}: {}\n  \
+         would have to name `{b}`. The uses:",
+        tree.dir, row.room, row.line, row.text
+    );
     for e in sites {
         let _ = write!(s, "\n    {}", site(e));
     }

@@ -18,16 +18,11 @@ use std::path::Path;
 
 /// The folders whose files the page names.
 pub fn source_dirs(root: &Path) -> Result<Vec<String>> {
-    let mut dirs = Vec::new();
-    for entry in std::fs::read_dir(root.join("crates"))? {
-        let entry = entry?;
-        if entry.path().join("src").is_dir() {
-            dirs.push(format!(
-                "crates/{}/src",
-                entry.file_name().to_string_lossy()
-            ));
-        }
-    }
+    let mut dirs: Vec<String> = super::crate_folders(root)?
+        .into_iter()
+        .map(|c| format!("{c}/src"))
+        .filter(|src| root.join(src).is_dir())
+        .collect();
     for d in ["examples/src", "tests/src", "xtask/src"] {
         if root.join(d).is_dir() {
             dirs.push(d.to_string());

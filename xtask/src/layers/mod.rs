@@ -42,16 +42,23 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 }
 
-/// The folders under `crates/` with a `src/lib.rs`, relative to `root`.
-fn crate_dirs(root: &Path) -> Result<Vec<String>> {
+/// The folders under `crates/`, relative to `root`, sorted.
+fn crate_folders(root: &Path) -> Result<Vec<String>> {
     let mut dirs = Vec::new();
     for entry in std::fs::read_dir(root.join("crates"))? {
         let entry = entry?;
-        if entry.path().join("src/lib.rs").is_file() {
+        if entry.file_type()?.is_dir() {
             dirs.push(format!("crates/{}", entry.file_name().to_string_lossy()));
         }
     }
     dirs.sort();
+    Ok(dirs)
+}
+
+/// The crates whose module trees are read: those with a `src/lib.rs`.
+fn crate_dirs(root: &Path) -> Result<Vec<String>> {
+    let mut dirs = crate_folders(root)?;
+    dirs.retain(|d| root.join(d).join("src/lib.rs").is_file());
     Ok(dirs)
 }
 

@@ -301,14 +301,17 @@ fn path_attr(attr: &syn::Attribute) -> Option<(String, bool)> {
         return lit(&attr.meta).map(|p| (p, false));
     }
     if attr.path().is_ident("cfg_attr") {
-        let metas = attr
-            .parse_args_with(
-                syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
-            )
-            .ok()?;
+        let metas = attr.meta.require_list().ok().and_then(metas)?;
         return metas.iter().skip(1).find_map(lit).map(|p| (p, true));
     }
     None
+}
+
+/// The comma-separated metas of `name(a, b = "c", ..)`.
+fn metas(list: &syn::MetaList) -> Option<Vec<syn::Meta>> {
+    list.parse_args_with(syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated)
+        .ok()
+        .map(|ms| ms.into_iter().collect())
 }
 
 /// Whether the attributes put the item under `#[cfg(test)]` (or `all(test, ..)`).
@@ -316,11 +319,9 @@ fn cfg_test(attrs: &[syn::Attribute]) -> bool {
     fn needs_test(meta: &syn::Meta) -> bool {
         match meta {
             syn::Meta::Path(p) => p.is_ident("test"),
-            syn::Meta::List(l) if l.path.is_ident("all") => l
-                .parse_args_with(
-                    syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
-                )
-                .is_ok_and(|ms| ms.iter().any(needs_test)),
+            syn::Meta::List(l) if l.path.is_ident("all") => {
+                metas(l).is_some_and(|ms| ms.iter().any(needs_test))
+            }
             _ => false,
         }
     }
