@@ -117,6 +117,9 @@ pub fn read_crate(root: &Path, dir: &str) -> Result<CrateTree> {
             return Err(e);
         }
     }
+    for files in c.modules.values_mut() {
+        files.sort();
+    }
     let mut edges = Vec::new();
     for r in &c.refs {
         if let Some(to) = c.resolve_ref(r) {

@@ -237,3 +237,57 @@ fn a_stale_row_a_module_in_no_room_and_an_unnamed_file_all_fail_in_one_run() {
     f.edit("docs/architecture.md", "  walk.rs, top.rs\n", "  walk.rs, top.rs\n  extra.rs\n```\n\n`crates/fix/src/notes.txt` and `xtask/src/main.rs`.\n\n```\n");
     assert_eq!(f.problems().len(), 2);
 }
+
+#[test]
+fn the_tree_follows_path_attributes_and_inline_modules() {
+    let f = Fixture::new("tree");
+    f.edit(
+        "crates/fix/src/store/mod.rs",
+        "mod shard;",
+        "mod shard;\n#[cfg_attr(not(feature = \"gpu\"), path = \"no_gpu.rs\")]\nmod gpu;",
+    );
+    f.write(
+        "crates/fix/src/store/gpu.rs",
+        "pub fn on() { super::make(); }\n",
+    );
+    f.write(
+        "crates/fix/src/store/no_gpu.rs",
+        "pub mod inner {\n    pub fn off() { super::super::super::util::tiny(); }\n}\n",
+    );
+    let tree = read_crate(f.root(), "crates/fix").unwrap();
+    let gpu: Vec<String> = tree.modules[&vec!["store".to_string(), "gpu".to_string()]]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        gpu,
+        [
+            "crates/fix/src/store/gpu.rs",
+            "crates/fix/src/store/no_gpu.rs"
+        ]
+    );
+    let from_gpu: Vec<String> = tree
+        .edges
+        .iter()
+        .filter(|e| {
+            e.from
+                .starts_with(&["store".to_string(), "gpu".to_string()])
+        })
+        .map(|e| {
+            format!(
+                "{}:{} {} -> {}",
+                e.file.display(),
+                e.line,
+                show(&e.from),
+                show(&e.to)
+            )
+        })
+        .collect();
+    assert_eq!(
+        from_gpu,
+        [
+            "crates/fix/src/store/gpu.rs:1 store::gpu -> store",
+            "crates/fix/src/store/no_gpu.rs:2 store::gpu::inner -> util",
+        ]
+    );
+}
