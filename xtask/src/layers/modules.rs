@@ -39,7 +39,8 @@ pub struct CrateTree {
     pub dir: String,
     /// Every module (not under `#[cfg(test)]`) with the files it is read from.
     pub modules: BTreeMap<ModPath, Vec<PathBuf>>,
-    /// Every reference from one module to another (itself excluded), in source order.
+    /// Every reference from one module to another (itself excluded), in source order,
+    /// one per line and target.
     pub edges: Vec<Edge>,
 }
 
@@ -133,7 +134,9 @@ pub fn read_crate(root: &Path, dir: &str) -> Result<CrateTree> {
             }
         }
     }
-    edges.sort_by(|a, b| (&a.file, a.line).cmp(&(&b.file, b.line)));
+    // One edge per line: `use crate::a::{x, y}` is one use of `a`.
+    edges.sort_by(|a, b| (&a.file, a.line, &a.from, &a.to).cmp(&(&b.file, b.line, &b.from, &b.to)));
+    edges.dedup_by(|a, b| (&a.file, a.line, &a.from, &a.to) == (&b.file, b.line, &b.from, &b.to));
     Ok(CrateTree {
         dir: dir.to_string(),
         modules: c.modules,

@@ -160,7 +160,8 @@ fn a_forbidden_use_fails_with_its_site_and_the_row_to_change() {
     f.edit(
         "crates/fix/src/top.rs",
         "}\n",
-        "}\npub fn store() -> crate::store::Store {\n    super::store::make()\n}\n",
+        "}\npub fn store() -> crate::store::Store {\n    super::store::make()\n}\n\
+         use crate::store::{make as _, Store as _};\n",
     );
     assert_eq!(
         f.problems(),
@@ -169,7 +170,8 @@ fn a_forbidden_use_fails_with_its_site_and_the_row_to_change() {
           docs/architecture.md:20: | `top` | `walk` |\n  \
           would have to name `store`. The uses:\n    \
           crates/fix/src/top.rs:5: top -> store\n    \
-          crates/fix/src/top.rs:6: top -> store"
+          crates/fix/src/top.rs:6: top -> store\n    \
+          crates/fix/src/top.rs:8: top -> store"
         ]
     );
 }
