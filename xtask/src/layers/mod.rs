@@ -26,7 +26,10 @@ pub fn run(args: &[String]) -> Result<()> {
         [] => {
             let problems = check(&root)?;
             if problems.is_empty() {
-                println!("layers: every use between rooms is allowed, no cycles; docs/architecture.md names every source file");
+                println!(
+                    "layers: every use between rooms is allowed, no cycles; \
+                     docs/architecture.md names every source file"
+                );
                 return Ok(());
             }
             for p in &problems {
@@ -89,7 +92,8 @@ pub fn check(root: &Path) -> Result<Vec<String>> {
     let unnamed = files::unnamed(root, &page)?;
     if !unnamed.is_empty() {
         let mut s = String::from(
-            "docs/architecture.md names no source file of these (see its Layers section for how a tree names a file):",
+            "docs/architecture.md names no source file of these \
+             (see its Layers section for how a tree names a file):",
         );
         for f in unnamed {
             s.push_str("\n    ");

@@ -54,6 +54,13 @@ pub struct Edge {
     pub line: usize,
 }
 
+impl Edge {
+    /// Source order, then the modules.
+    fn key(&self) -> (&PathBuf, usize, &ModPath, &ModPath) {
+        (&self.file, self.line, &self.from, &self.to)
+    }
+}
+
 /// A `use` leaf: the name it brings in, the path it names, whether it is re-exported.
 #[derive(Debug)]
 struct Import {
@@ -135,8 +142,8 @@ pub fn read_crate(root: &Path, dir: &str) -> Result<CrateTree> {
         }
     }
     // One edge per line: `use crate::a::{x, y}` is one use of `a`.
-    edges.sort_by(|a, b| (&a.file, a.line, &a.from, &a.to).cmp(&(&b.file, b.line, &b.from, &b.to)));
-    edges.dedup_by(|a, b| (&a.file, a.line, &a.from, &a.to) == (&b.file, b.line, &b.from, &b.to));
+    edges.sort_by(|a, b| a.key().cmp(&b.key()));
+    edges.dedup_by(|a, b| a.key() == b.key());
     Ok(CrateTree {
         dir: dir.to_string(),
         modules: c.modules,

@@ -66,7 +66,10 @@ impl Layers {
             };
             match layers.tables.last_mut() {
                 Some(t) => t.rows.push(row),
-                None => bail!("docs/architecture.md:{line_no}: a table row before any `### crate` heading of the Layers section"),
+                None => bail!(
+                    "docs/architecture.md:{line_no}: a table row before any \
+                     `### crate` heading of the Layers section"
+                ),
             }
         }
         if !found {

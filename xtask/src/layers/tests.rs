@@ -77,7 +77,8 @@ const PASSING: &[(&str, &str)] = &[
     ("docs/architecture.md", PAGE),
     (
         "crates/fix/src/lib.rs",
-        "//! fixture\npub mod store;\npub mod top;\nmod util;\npub mod walk;\npub use store::Store;\n",
+        "//! fixture\npub mod store;\npub mod top;\nmod util;\npub mod walk;\n\
+         pub use store::Store;\n",
     ),
     (
         "crates/fix/src/store/mod.rs",
@@ -204,12 +205,12 @@ fn a_cycle_between_rooms_fails_with_every_edge_in_a_printed_cycle() {
 }
 
 #[test]
-fn a_stale_row_a_module_in_no_room_and_an_unnamed_file_all_fail_in_one_run() {
+fn stale_rows_and_tables_a_module_in_no_room_and_an_unnamed_file_all_fail_in_one_run() {
     let f = Fixture::new("stale");
     f.edit(
         "docs/architecture.md",
         "| `top` | `walk` |",
-        "| `top` | `walk` |\n| `gone` | `top` |",
+        "| `top` | `walk` |\n| `gone` | `top` |\n\n### `crates/gone`\n\n| room | may use |\n",
     );
     f.edit(
         "crates/fix/src/lib.rs",
@@ -225,6 +226,7 @@ fn a_stale_row_a_module_in_no_room_and_an_unnamed_file_all_fail_in_one_run() {
     assert_eq!(
         f.problems(),
         [
+            "docs/architecture.md:23: `crates/gone` is no crate with a src/lib.rs (a stale table)",
             "docs/architecture.md:21: room `gone` is no module of crates/fix (a stale row): \
              | `gone` | `top` |",
             "crates/fix: module `extra` (crates/fix/src/extra.rs) is in no room of the table \
@@ -236,8 +238,14 @@ fn a_stale_row_a_module_in_no_room_and_an_unnamed_file_all_fail_in_one_run() {
              xtask/src/main.rs",
         ]
     );
-    f.edit("docs/architecture.md", "  walk.rs, top.rs\n", "  walk.rs, top.rs\n  extra.rs\n```\n\n`crates/fix/src/notes.txt` and `xtask/src/main.rs`.\n\n```\n");
-    assert_eq!(f.problems().len(), 2);
+    // Named in the tree, and by full paths in prose.
+    f.edit(
+        "docs/architecture.md",
+        "  walk.rs, top.rs\n",
+        "  walk.rs, top.rs\n  extra.rs\n```\n\n\
+         `crates/fix/src/notes.txt` and `xtask/src/main.rs`.\n\n```\n",
+    );
+    assert_eq!(f.problems().len(), 3);
 }
 
 #[test]
