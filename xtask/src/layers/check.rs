@@ -20,9 +20,15 @@ pub struct Rooms {
 }
 
 impl Rooms {
+    /// The table's rooms (a row for the root, an error of its own, is left out).
     pub fn from_table(table: &Table) -> Rooms {
         Rooms {
-            rooms: table.rows.iter().map(|r| split(&r.room)).collect(),
+            rooms: table
+                .rows
+                .iter()
+                .map(|r| split(&r.room))
+                .filter(|r| !r.is_empty())
+                .collect(),
         }
     }
 
