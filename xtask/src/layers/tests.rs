@@ -301,3 +301,50 @@ fn the_tree_follows_path_attributes_and_inline_modules() {
         ]
     );
 }
+
+#[test]
+fn a_tree_names_files_through_folder_lines_and_continued_descriptions() {
+    let f = Fixture::new("tree-names");
+    let tree = "\
+```
+crates/fix/src/
+  lib.rs        the module list
+  store/        the store, its mod.rs; a description that goes on
+                over a second line naming shard.rs (inside store/)
+  walk.rs       the walk, going on
+                over a line naming top.rs and util.rs (siblings)
+```
+";
+    f.edit(
+        "docs/architecture.md",
+        &PAGE[..PAGE.find("\n## Layers").unwrap()],
+        tree,
+    );
+    assert_eq!(f.problems(), Vec::<String>::new());
+    // `shard.rs` on a line of its own at the folder's depth is no longer inside it.
+    f.edit(
+        "docs/architecture.md",
+        "                over a second line naming shard.rs (inside store/)\n",
+        "  shard.rs\n",
+    );
+    assert_eq!(
+        f.problems(),
+        ["docs/architecture.md names no source file of these \
+          (see its Layers section for how a tree names a file):\n    \
+          crates/fix/src/store/shard.rs"]
+    );
+}
+
+#[test]
+fn the_graph_lists_every_room_and_its_uses() {
+    let f = Fixture::new("graph");
+    assert_eq!(
+        super::graph(f.root()).unwrap(),
+        "### `crates/fix`\n\n| room | uses |\n|---|---|\n\
+         | `crate` | `store` |\n\
+         | `util` | — |\n\
+         | `store` | `util` |\n\
+         | `walk` | `store`, `util` |\n\
+         | `top` | `walk` |\n\n"
+    );
+}
