@@ -3,6 +3,7 @@
 //! name, each failing with its message, all in one run.
 
 use super::check;
+use super::check::site;
 use super::modules::{read_crate, show};
 use std::path::{Path, PathBuf};
 
@@ -119,33 +120,21 @@ fn uses_are_read_from_code_use_items_and_macros_not_from_comments_strings_or_tes
          pub fn again() { println!(\"{:?}\", crate::store::make().0); }\n",
     );
     let tree = read_crate(f.root(), "crates/fix").unwrap();
-    let edges: Vec<String> = tree
-        .edges
-        .iter()
-        .map(|e| {
-            format!(
-                "{}:{} {} -> {}",
-                e.file.display(),
-                e.line,
-                show(&e.from),
-                show(&e.to)
-            )
-        })
-        .collect();
+    let edges: Vec<String> = tree.edges.iter().map(site).collect();
     assert_eq!(
         edges,
         [
             // `pub use store::Store` at the root; `self::shard` is a submodule.
-            "crates/fix/src/lib.rs:6 crate -> store",
-            "crates/fix/src/store/mod.rs:2 store -> util",
-            "crates/fix/src/store/mod.rs:3 store -> store::shard",
-            "crates/fix/src/store/mod.rs:4 store -> store::shard",
-            "crates/fix/src/top.rs:3 top -> walk",
-            "crates/fix/src/top.rs:5 top -> util",
-            "crates/fix/src/top.rs:6 top -> store",
+            "crates/fix/src/lib.rs:6: crate -> store",
+            "crates/fix/src/store/mod.rs:2: store -> util",
+            "crates/fix/src/store/mod.rs:3: store -> store::shard",
+            "crates/fix/src/store/mod.rs:4: store -> store::shard",
+            "crates/fix/src/top.rs:3: top -> walk",
+            "crates/fix/src/top.rs:5: top -> util",
+            "crates/fix/src/top.rs:6: top -> store",
             // `crate::Store` is the root's re-export of `store::Store`.
-            "crates/fix/src/walk.rs:1 walk -> store",
-            "crates/fix/src/walk.rs:3 walk -> util",
+            "crates/fix/src/walk.rs:1: walk -> store",
+            "crates/fix/src/walk.rs:3: walk -> util",
         ]
     );
     let modules: Vec<String> = tree.modules.keys().map(|m| show(m)).collect();
@@ -283,21 +272,13 @@ fn the_tree_follows_path_attributes_and_inline_modules() {
             e.from
                 .starts_with(&["store".to_string(), "gpu".to_string()])
         })
-        .map(|e| {
-            format!(
-                "{}:{} {} -> {}",
-                e.file.display(),
-                e.line,
-                show(&e.from),
-                show(&e.to)
-            )
-        })
+        .map(site)
         .collect();
     assert_eq!(
         from_gpu,
         [
-            "crates/fix/src/store/gpu.rs:1 store::gpu -> store",
-            "crates/fix/src/store/no_gpu.rs:2 store::gpu::inner -> util",
+            "crates/fix/src/store/gpu.rs:1: store::gpu -> store",
+            "crates/fix/src/store/no_gpu.rs:2: store::gpu::inner -> util",
         ]
     );
 }
