@@ -50,7 +50,8 @@ use containers::Evictions;
 use facts::{FnFacts, Owner};
 use origin::is_optimizer_impl;
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
 use syn::{Attribute, Block, ImplItem, Item, ItemFn, LitStr, ReturnType, TraitItem};
 
 mod containers;
@@ -150,14 +151,9 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
 pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -> TokenStream {
     let mut errors = Errors::default();
     let options = LeakTestArgs::parse(args, &mut errors);
-    // Without the instrumented test (an error, no tracking) a size text is still checked,
-    // beside the item, so its error comes in the same compile as the others.
-    let size_beside = match &options.max_leaked_bytes {
-        MaxLeakedBytes::Text(text) => {
-            let bytes = size_in_bytes(text);
-            quote!(const _: u64 = #bytes;)
-        }
-        MaxLeakedBytes::Bytes(_) => TokenStream::new(),
+    let size = match &options.max_leaked_bytes {
+        MaxLeakedBytes::Text(text) => Some(text),
+        MaxLeakedBytes::Bytes(_) => None,
     };
     let func = match syn::parse2::<Item>(input.clone()) {
         Ok(Item::Fn(func)) => Ok(func),
@@ -169,7 +165,27 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         Err(e) => {
             errors.push(e);
             let item = with_errors(input, errors);
-            return quote!(#item #size_beside);
+            // The size's error comes in the same compile as the others.
+            let check = size.map(|text| {
+                let bytes = size_in_bytes(text);
+                quote!(const _: u64 = #bytes;)
+            });
+            return quote!(#item #check);
+        }
+    };
+    // A size text is checked, and its bytes kept, in a `static` beside the function, not
+    // in it: a `#[test]` function is compiled in test builds only, and a bad size is an
+    // error in every build (with the other errors, with tracking or without).
+    let (max, beside) = match &options.max_leaked_bytes {
+        MaxLeakedBytes::Bytes(n) => (quote!(#n), None),
+        MaxLeakedBytes::Text(text) => {
+            let name = format_ident!("__TL_MAX_LEAKED_BYTES_{}", func.sig.ident.unraw());
+            let bytes = size_in_bytes(text);
+            let item = quote! {
+                #[allow(dead_code, non_upper_case_globals)]
+                static #name: u64 = #bytes;
+            };
+            (quote!(#name), Some(item))
         }
     };
     check_test_fn(&func, &mut errors);
@@ -177,10 +193,10 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         let err = e.into_compile_error();
         // The function is not a test now: keep it (so the rest of the file still checks)
         // without a dead-code warning on top of the error.
-        return quote!(#[allow(dead_code)] #func #err #size_beside);
+        return quote!(#[allow(dead_code)] #func #err #beside);
     }
     if !tracking {
-        return quote!(#[::core::prelude::v1::test] #func #size_beside);
+        return quote!(#[::core::prelude::v1::test] #func #beside);
     }
     let name = func.sig.ident.to_string();
     instrument_fn(name.clone(), &Owner::default(), &func.sig, &mut func.block);
@@ -195,16 +211,6 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         ReturnType::Type(arrow, ty) => quote!(#arrow #ty),
     };
     let allow = &options.allow;
-    let max = match &options.max_leaked_bytes {
-        MaxLeakedBytes::Bytes(n) => quote!(#n),
-        MaxLeakedBytes::Text(text) => {
-            let bytes = size_in_bytes(text);
-            quote!({
-                static __TL_MAX_LEAKED_BYTES: u64 = #bytes;
-                __TL_MAX_LEAKED_BYTES
-            })
-        }
-    };
     let opt = |v: Option<u64>| match v {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
@@ -225,6 +231,7 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
                 move || #ret #block,
             )
         }
+        #beside
     }
 }
 
