@@ -6,10 +6,9 @@
 //! shell may pass them). The CLI is only parsed, never run: a fuzzed `-o` must not write
 //! files. Properties checked besides not panicking: a parse error renders (what the user
 //! sees), the typed parser and clap's untyped matches agree, a parsed command line has its
-//! values inside the ranges the CLI declares, a size made only of digits is exactly that
-//! number of bytes, and the macros crate's own copy of the size parser
-//! (`crates/tensor-lifetime-macros/src/size.rs`, compiled here as a module) gives the same
-//! result and the same error message as the report crate's.
+//! values inside the ranges the CLI declares, and a size made only of digits is exactly
+//! that number of bytes. `parse_size` is the one size parser: `#[leak_test]` evaluates
+//! its `const fn` form (`parse_size_const`) at compile time.
 
 #![no_main]
 
@@ -20,15 +19,7 @@ use std::os::unix::ffi::OsStringExt;
 use tensor_lifetime_cli::Cli;
 use tensor_lifetime_report::size::{format_bytes, parse_size};
 
-#[path = "../../crates/tensor-lifetime-macros/src/size.rs"]
-mod macro_size;
-
 fn check_size(text: &str) {
-    assert_eq!(
-        macro_size::parse_size(text),
-        parse_size(text).map_err(|e| e.to_string()),
-        "{text:?}"
-    );
     match parse_size(text) {
         Ok(bytes) => {
             let _ = format_bytes(bytes);

@@ -6,8 +6,11 @@
 //! everything that decides, counts or formats lives.
 //!
 //! - `attr.rs`: argument parsing and its errors.
-//! - `size.rs`: byte sizes (`max_leaked_bytes = "1 MiB"`), parsed at compile time.
-//! - `expand.rs`: code generation (its module docs list every rewrite).
+//! - `expand/`: code generation (its module docs list every rewrite and its modules).
+//!
+//! A byte size (`max_leaked_bytes = "1 MiB"`) is not parsed here: the expansion puts
+//! the text in a constant evaluated with the runtime's `const fn` parser, so a bad size
+//! is a compile error pointing at the text.
 //!
 //! # Features
 //!
@@ -19,7 +22,6 @@
 
 mod attr;
 mod expand;
-mod size;
 
 use proc_macro::TokenStream;
 

@@ -218,6 +218,8 @@ pub mod __private {
     pub use crate::scope::{in_task, AsyncLoopScope, Iteration, LoopScope};
     pub use crate::site::{Site, SiteKind};
     pub use crate::tracker::Input;
+    /// `#[leak_test(max_leaked_bytes = "1 MiB")]` evaluates it in a constant.
+    pub use tensor_lifetime_report::size::parse_size_const;
     pub use tensor_lifetime_report::Role;
 
     /// What `#[leak_test]` expands to: runs the body, panics with the report on a leak.

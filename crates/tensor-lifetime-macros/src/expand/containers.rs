@@ -2,11 +2,16 @@
 //! function returns (what a construction loop builds), and the tensors inside a stored
 //! user value.
 
-use super::*;
+use super::syntax::{compact, holder, is_place, is_probe_call, is_pure_place, is_self};
+use proc_macro2::Span;
+use std::collections::BTreeMap;
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{parse_quote, Block, Expr, ExprMethodCall, Item, Stmt};
 
 /// Methods that take elements out of a container: a container the code trims with one
 /// of them is bounded.
-pub(super) const EVICTING: &[&str] = &[
+const EVICTING: &[&str] = &[
     "pop_front",
     "pop_back",
     "pop",
@@ -25,8 +30,9 @@ pub(super) const EVICTING: &[&str] = &[
 
 /// Containers that tracked code trims, by receiver text (`self.buffer`, as store labels
 /// spell it): the first trimming call's span (its line is named) and what it is.
+/// The first trim of a label wins: it is the one a report names.
 #[derive(Default, Clone)]
-pub(super) struct Evictions(pub(super) BTreeMap<String, (Span, String)>);
+pub(super) struct Evictions(BTreeMap<String, (Span, String)>);
 
 impl Evictions {
     /// The trims in one body.
@@ -75,28 +81,36 @@ impl Evictions {
         let mut all = Evictions::default();
         for block in blocks {
             let found = Evictions::of(block);
-            for (label, at) in found.0 {
+            for (label, (span, call)) in found.0 {
                 if label.starts_with("self.") {
-                    all.0.entry(label).or_insert(at);
+                    all.note(label, span, call);
                 }
             }
         }
         all
     }
 
-    pub(super) fn note(&mut self, label: String, span: Span, call: String) {
+    fn note(&mut self, label: String, span: Span, call: String) {
         self.0.entry(label).or_insert((span, call));
     }
 
+    /// Adds the trims of `other` of containers this one does not trim.
     pub(super) fn merge(&mut self, other: &Evictions) {
-        for (label, at) in &other.0 {
-            self.0.entry(label.clone()).or_insert_with(|| at.clone());
+        for (label, (span, call)) in &other.0 {
+            if !self.0.contains_key(label) {
+                self.note(label.clone(), *span, call.clone());
+            }
         }
+    }
+
+    /// The first trim of the container `label`: its span and what it is.
+    pub(super) fn get(&self, label: &str) -> Option<&(Span, String)> {
+        self.0.get(label)
     }
 }
 
 /// `Vec::new()`, `VecDeque::with_capacity(n)`, `Default::default()`, `vec![]`.
-pub(super) fn is_new_container(expr: &Expr) -> bool {
+fn is_new_container(expr: &Expr) -> bool {
     match expr {
         Expr::Call(c) => match &*c.func {
             Expr::Path(p) => {

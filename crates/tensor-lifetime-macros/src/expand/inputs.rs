@@ -16,7 +16,12 @@
 //! function item or a constant is never named again; closures, blocks and macros in the
 //! value are not entered (their names may be bound inside them).
 
-use super::*;
+use super::syntax::{is_assign_op, is_pure_place};
+use proc_macro2::Ident;
+use quote::ToTokens;
+use std::collections::HashSet;
+use syn::visit::Visit;
+use syn::{parse_quote, Attribute, Block, Expr, Item, Stmt};
 
 /// Inputs named per `let` (the runtime keeps as many).
 const INPUTS_MAX: usize = 4;
@@ -97,11 +102,7 @@ fn is_local_place(e: &Expr, locals: &HashSet<String>) -> bool {
 }
 
 /// `let __tl_inputs = [input(&a), input(&b)];` for `inputs`, under the `let`'s `#[cfg]`s.
-pub(super) fn inputs_local(
-    name: &proc_macro2::Ident,
-    inputs: &[Expr],
-    cfgs: &[&Attribute],
-) -> Stmt {
+pub(super) fn inputs_local(name: &Ident, inputs: &[Expr], cfgs: &[&Attribute]) -> Stmt {
     parse_quote! {
         #(#cfgs)*
         let #name = [#(::tensor_lifetime::__private::input(&#inputs)),*];

@@ -1,101 +1,70 @@
 //! The visitor that rewrites a function body: bindings, assignments, stores and loops.
 
-use super::*;
+use super::containers::inner_stores;
+use super::facts::FnFacts;
+use super::inputs::{graph_inputs, inputs_local};
+use super::origin::{checked, is_batch_call, wrap_body};
+use super::sites::{self, local, role_tokens, site, Kind};
+use super::syntax::{
+    compact, contains_await, destructured_places, diverges, holder, is_assign_op, is_pure_place,
+    let_patterns, pat_idents, store_place, worth_tagging,
+};
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{parse_quote, Attribute, Block, Expr, Item, Pat, Signature, Stmt};
 
-#[derive(Clone, Copy)]
-pub(super) enum Kind {
-    Binding,
-    Assignment,
-    Store,
-    Loop,
-}
-
-impl Kind {
-    pub(super) fn ident(self) -> proc_macro2::Ident {
-        let name = match self {
-            Kind::Binding => "Binding",
-            Kind::Assignment => "Assignment",
-            Kind::Store => "Store",
-            Kind::Loop => "Loop",
-        };
-        proc_macro2::Ident::new(name, Span::call_site())
+/// Rewrites the body of the function `facts` describes (see the module docs of
+/// `expand`), then adds its call-path guard (`origin.rs`); never called for a `const fn`.
+pub(super) fn instrument(facts: &FnFacts, sig: &Signature, block: &mut Block) {
+    let mut v = Instrument {
+        facts,
+        in_async: facts.is_async(),
+        needs_task: false,
+    };
+    v.visit_block_mut(block);
+    if v.needs_task {
+        in_task(block);
     }
+    wrap_body(facts.function(), sig, block);
 }
 
-/// The body rewriter (see the module docs).
-pub(super) struct Instrument {
-    /// The enclosing function's name, for every site in it (closures included).
-    pub(super) function: String,
+/// The body rewriter: the function's facts, and where in the body the walk is.
+struct Instrument<'f> {
+    facts: &'f FnFacts,
     /// Inside an `async fn`, `async` block or async closure.
-    pub(super) in_async: bool,
+    in_async: bool,
     /// A loop that awaits was instrumented in the current async body: the body is
     /// wrapped in `in_task` so that its loops follow the task from thread to thread.
-    pub(super) needs_task: bool,
-    /// The impl's type, for `Self { .. }` in struct-literal labels.
-    pub(super) self_type: Option<String>,
-    /// Containers the code trims, by receiver text: their stores are bounded.
-    pub(super) evictions: Evictions,
-    /// Locals the function returns (`Ok(heads)`): a loop filling one builds a value.
-    pub(super) returned: Vec<String>,
-    /// A method of an `impl Optimizer`: what it makes is `optimizer_state` (`origin.rs`).
-    pub(super) optimizer: bool,
-    /// The function's arguments (values handed in, not made here).
-    pub(super) args: Vec<String>,
-    /// Every name the function binds: the locals a value may be computed from
-    /// (`inputs.rs`).
-    pub(super) locals: HashSet<String>,
+    needs_task: bool,
 }
 
 /// Wraps an async body in `in_task` (see [`Instrument::needs_task`]): `{ in_task(async
 /// { body }).await }`. The inner block is not `move`: it borrows or moves what the body
 /// uses, as the body did, and is awaited at once; its `return` and `?` end it, which
 /// ends the body with the same value.
-pub(super) fn in_task(block: &mut Block) {
+fn in_task(block: &mut Block) {
     let inner = std::mem::replace(block, parse_quote!({}));
     *block = parse_quote!({ ::tensor_lifetime::__private::in_task(async #inner).await });
 }
 
-/// A generated local, invisible to user code (`Span::mixed_site`).
-pub(super) fn local(name: &str) -> proc_macro2::Ident {
-    proc_macro2::Ident::new(name, Span::mixed_site())
-}
-
-impl Instrument {
-    /// `&'static Site` for the user's token at `span`: a `static` in a block, with
-    /// `file!()`/`line!()`/`column!()` spanned at that token so they name its place.
-    pub(super) fn site(&self, span: Span, label: &str, kind: Kind) -> TokenStream {
+impl Instrument<'_> {
+    /// `&'static Site` for the user's token at `span` (`sites.rs`).
+    fn site(&self, span: Span, label: &str, kind: Kind) -> TokenStream {
         self.site_with(span, label, kind, TokenStream::new())
     }
 
     /// A site with a builder call appended (`.evicted_at(..)`, `.fills(..)`).
-    pub(super) fn site_with(
-        &self,
-        span: Span,
-        label: &str,
-        kind: Kind,
-        extra: TokenStream,
-    ) -> TokenStream {
-        let function = &self.function;
-        let kind = kind.ident();
-        let file = quote_spanned!(span=> ::core::file!());
-        let line = quote_spanned!(span=> ::core::line!());
-        let column = quote_spanned!(span=> ::core::column!());
-        let module = quote_spanned!(span=> ::core::module_path!());
-        quote! {{
-            static __TL_SITE: ::tensor_lifetime::__private::Site =
-                ::tensor_lifetime::__private::Site::new(
-                    #file, #line, #column, #module, #function, #label,
-                    ::tensor_lifetime::__private::SiteKind::#kind,
-                ) #extra;
-            &__TL_SITE
-        }}
+    fn site_with(&self, span: Span, label: &str, kind: Kind, extra: TokenStream) -> TokenStream {
+        site(self.facts.function(), span, label, kind, extra)
     }
 
     /// A store site into `label` of `value`; bounded (`.evicted_at(line, call)`) when the
     /// code also trims that container.
-    pub(super) fn store_site(&self, span: Span, label: &str, value: &Expr) -> TokenStream {
-        let role = role_tokens(self.made_here(value).then_some("OptimizerState"));
-        match self.evictions.0.get(label) {
+    fn store_site(&self, span: Span, label: &str, value: &Expr) -> TokenStream {
+        let role = role_tokens(self.facts.made_here(value).then_some("OptimizerState"));
+        match self.facts.eviction(label) {
             Some((at, call)) => {
                 let line = quote_spanned!(*at=> ::core::line!());
                 self.site_with(
@@ -109,25 +78,20 @@ impl Instrument {
         }
     }
 
-    /// In an `impl Optimizer`: `value` is made there (not an argument or a place).
-    pub(super) fn made_here(&self, value: &Expr) -> bool {
-        self.optimizer && !is_handed_in(value, &self.args)
-    }
-
     /// `tag(&ident, SITE);` for each identifier bound by `pat`.
-    pub(super) fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
+    fn binding_tags(&self, pat: &Pat, cfgs: &[&Attribute]) -> Vec<Stmt> {
         self.binding_tags_as(pat, cfgs, None, None)
     }
 
     /// [`Instrument::binding_tags`] with sites of role `role` (a `Role` variant's name),
     /// and `tag_made(&ident, SITE, &inputs)` when the value's inputs are in the local
     /// `inputs` (`inputs.rs`).
-    pub(super) fn binding_tags_as(
+    fn binding_tags_as(
         &self,
         pat: &Pat,
         cfgs: &[&Attribute],
         role: Option<&str>,
-        inputs: Option<&proc_macro2::Ident>,
+        inputs: Option<&Ident>,
     ) -> Vec<Stmt> {
         let role = role_tokens(role);
         let mut idents = Vec::new();
@@ -154,7 +118,7 @@ impl Instrument {
 
     /// `place = value`, `place op= value`; `inputs`: the locals `value` is computed from
     /// (`inputs.rs`), read before it was rewritten.
-    pub(super) fn assignment(&mut self, expr: &mut Expr, inputs: &[Expr]) {
+    fn assignment(&mut self, expr: &mut Expr, inputs: &[Expr]) {
         match expr {
             Expr::Assign(a) => {
                 if diverges(&a.right) {
@@ -209,7 +173,7 @@ impl Instrument {
     }
 
     /// Stores into containers through their methods.
-    pub(super) fn method_store(&mut self, expr: &mut Expr) {
+    fn method_store(&mut self, expr: &mut Expr) {
         let Expr::MethodCall(call) = expr else {
             return;
         };
@@ -270,7 +234,7 @@ impl Instrument {
     /// `Type { field: EXPR }`: the field's value is tagged at the field (label
     /// `Type.field`), so a tensor that only ever lives in a struct is seen. Named values
     /// (`Head { tril }`) were tagged where they were bound.
-    pub(super) fn struct_fields(&mut self, expr: &mut Expr) {
+    fn struct_fields(&mut self, expr: &mut Expr) {
         let Expr::Struct(st) = expr else {
             return;
         };
@@ -280,8 +244,8 @@ impl Instrument {
             .last()
             .map(|s| s.ident.to_string())
             .unwrap_or_default();
-        let ty = match (ty.as_str(), &self.self_type) {
-            ("Self", Some(own)) => own.clone(),
+        let ty = match (ty.as_str(), self.facts.self_type()) {
+            ("Self", Some(own)) => own.to_string(),
             _ => ty,
         };
         for field in st.fields.iter_mut() {
@@ -293,7 +257,11 @@ impl Instrument {
                 syn::Member::Unnamed(index) => index.index.to_string(),
             };
             let label = format!("{ty}.{member}");
-            let role = role_tokens(self.made_here(&field.expr).then_some("OptimizerState"));
+            let role = role_tokens(
+                self.facts
+                    .made_here(&field.expr)
+                    .then_some("OptimizerState"),
+            );
             let site = self.site_with(field.expr.span(), &label, Kind::Binding, role);
             let value = &field.expr;
             field.expr = parse_quote!(::tensor_lifetime::__private::tagged(#value, #site));
@@ -301,8 +269,19 @@ impl Instrument {
         }
     }
 
+    /// Visits the body of a closure or an `async` block (`visit`), async or not as
+    /// `is_async` says, and returns whether it needs its own `in_task`; the enclosing
+    /// body's state is restored after.
+    fn nested_body(&mut self, is_async: bool, visit: impl FnOnce(&mut Self)) -> bool {
+        let outer = std::mem::replace(&mut self.in_async, is_async);
+        let outer_task = std::mem::replace(&mut self.needs_task, false);
+        visit(self);
+        self.in_async = outer;
+        std::mem::replace(&mut self.needs_task, outer_task)
+    }
+
     /// `for`, `while`, `loop`: a loop scope around, an iteration guard inside.
-    pub(super) fn instrument_loop(&mut self, expr: &mut Expr) {
+    fn instrument_loop(&mut self, expr: &mut Expr) {
         // A labeled loop (`'epoch`, `'step`) is named as a phase of a run: never taken
         // for a construction loop.
         let labeled = match &*expr {
@@ -311,7 +290,7 @@ impl Instrument {
             Expr::Loop(l) => l.label.is_some(),
             _ => false,
         };
-        let fills = fills_returned(expr, &self.returned).filter(|_| !labeled);
+        let fills = self.facts.fills_returned(expr).filter(|_| !labeled);
         visit_mut::visit_expr_mut(self, expr);
         // A loop that awaits may resume on another thread: a `Send` scope, in a task.
         let awaits = self.in_async && contains_await(expr);
@@ -347,7 +326,7 @@ impl Instrument {
                 let item = local("__tl_item");
                 let value = local("__tl_value");
                 // A loop's item is an input (in an optimizer, the parameters it walks).
-                let role = (!self.optimizer).then_some("Input");
+                let role = (!self.facts.optimizer()).then_some("Input");
                 let tags = self.binding_tags_as(pat, &[], role, None);
                 parse_quote!({
                     #enter
@@ -392,7 +371,7 @@ impl Instrument {
     }
 }
 
-impl VisitMut for Instrument {
+impl VisitMut for Instrument<'_> {
     fn visit_block_mut(&mut self, block: &mut Block) {
         let stmts = std::mem::take(&mut block.stmts);
         for mut stmt in stmts {
@@ -400,7 +379,7 @@ impl VisitMut for Instrument {
                 Stmt::Local(local) => {
                     if let Some(init) = &mut local.init {
                         // Named before the value is rewritten: the user's own operands.
-                        let inputs = graph_inputs(&init.expr, &self.locals);
+                        let inputs = graph_inputs(&init.expr, self.facts.locals());
                         self.visit_expr_mut(&mut init.expr);
                         if let Some((_, diverge)) = &mut init.diverge {
                             self.visit_expr_mut(diverge);
@@ -411,12 +390,12 @@ impl VisitMut for Instrument {
                             .iter()
                             .filter(|a| a.path().is_ident("cfg"))
                             .collect();
-                        let role = if self.optimizer {
-                            self.made_here(&init.expr).then_some("OptimizerState")
+                        let role = if self.facts.optimizer() {
+                            self.facts.made_here(&init.expr).then_some("OptimizerState")
                         } else {
                             is_batch_call(&init.expr).then_some("Input")
                         };
-                        let name = self::local("__tl_inputs");
+                        let name = sites::local("__tl_inputs");
                         let made = (!inputs.is_empty()).then_some(&name);
                         let tags = self.binding_tags_as(&local.pat, &cfgs, role, made);
                         if made.is_some() && !tags.is_empty() {
@@ -438,29 +417,21 @@ impl VisitMut for Instrument {
         match expr {
             Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_) => self.instrument_loop(expr),
             Expr::Closure(c) => {
-                let outer = std::mem::replace(&mut self.in_async, c.asyncness.is_some());
-                let outer_task = std::mem::replace(&mut self.needs_task, false);
-                self.visit_expr_mut(&mut c.body);
-                if std::mem::replace(&mut self.needs_task, outer_task) {
+                if self.nested_body(c.asyncness.is_some(), |v| v.visit_expr_mut(&mut c.body)) {
                     let body = &c.body;
                     *c.body =
                         parse_quote!(::tensor_lifetime::__private::in_task(async { #body }).await);
                 }
-                self.in_async = outer;
             }
             Expr::Async(a) => {
-                let outer = std::mem::replace(&mut self.in_async, true);
-                let outer_task = std::mem::replace(&mut self.needs_task, false);
-                self.visit_block_mut(&mut a.block);
-                if std::mem::replace(&mut self.needs_task, outer_task) {
+                if self.nested_body(true, |v| v.visit_block_mut(&mut a.block)) {
                     in_task(&mut a.block);
                 }
-                self.in_async = outer;
             }
             // `const { .. }` is evaluated at compile time.
             Expr::Const(_) => {}
             Expr::Assign(a) => {
-                let inputs = graph_inputs(&a.right, &self.locals);
+                let inputs = graph_inputs(&a.right, self.facts.locals());
                 self.visit_expr_mut(&mut a.right);
                 self.assignment(expr, &inputs);
             }

@@ -29,30 +29,38 @@
 //! Not rewritten: nested items (they are not part of the annotated code), `const`
 //! contexts and `const fn`s, and macro invocations (their tokens are not Rust syntax to
 //! us).
+//!
+//! # Modules
+//!
+//! Each uses only the modules below it in this list, never one above:
+//!
+//! | module | what | uses |
+//! |---|---|---|
+//! | `mod.rs` | the entry points: items, options, errors, the leak test around the body | `facts`, `instrument`, `containers`, `origin` |
+//! | `instrument.rs` | the visitor that rewrites a body (its state: where the walk is) | `facts`, `containers`, `inputs`, `origin`, `sites`, `syntax` |
+//! | `facts.rs` | what is known of a function before the rewrite, read-only | `containers`, `inputs`, `origin` |
+//! | `origin.rs` | role hints, the call-path guard, the out-of-memory check at `?` | `sites`, `syntax` |
+//! | `containers.rs` | evictions, returned locals, tensors inside a stored value | `syntax` |
+//! | `inputs.rs` | the locals a value is computed from | `syntax` |
+//! | `sites.rs` | the `Site` statics and hygienic locals generated code is made of | |
+//! | `syntax.rs` | small questions about the user's syntax | |
 
-use crate::attr::{self, Errors, LeakTestArgs};
-use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned, ToTokens};
-use std::collections::{BTreeMap, HashSet};
-use syn::spanned::Spanned;
-use syn::visit::Visit;
-use syn::visit_mut::{self, VisitMut};
-use syn::{
-    parse_quote, parse_quote_spanned, Attribute, BinOp, Block, Expr, ExprMethodCall, ImplItem,
-    Item, ItemFn, Pat, ReturnType, Stmt, TraitItem,
-};
+use crate::attr::{self, Errors, LeakTestArgs, MaxLeakedBytes};
+use containers::Evictions;
+use facts::{FnFacts, Owner};
+use origin::is_optimizer_impl;
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::{Attribute, Block, ImplItem, Item, ItemFn, LitStr, ReturnType, TraitItem};
 
 mod containers;
+mod facts;
 mod inputs;
 mod instrument;
 mod origin;
+mod sites;
 mod syntax;
-
-use containers::*;
-use inputs::*;
-use instrument::*;
-use origin::*;
-use syntax::*;
 
 /// `#[track]`: instruments a function or every method of an impl block.
 pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> TokenStream {
@@ -87,17 +95,20 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
     match &mut item {
         Item::Fn(f) => {
             let name = f.sig.ident.to_string();
-            instrument_fn(name, None, &Evictions::default(), &f.sig, &mut f.block);
+            instrument_fn(name, &Owner::default(), &f.sig, &mut f.block);
         }
         Item::Impl(imp) => {
             let self_name = type_name(&imp.self_ty);
-            let optimizer = is_optimizer_impl(imp);
-            // `self.buffer.pop_front()` in one method bounds `self.buffer.push_back(..)`
-            // in another.
-            let shared = Evictions::of_self(imp.items.iter().filter_map(|i| match i {
-                ImplItem::Fn(f) => Some(&f.block),
-                _ => None,
-            }));
+            let owner = Owner {
+                self_type: self_name.clone(),
+                // `self.buffer.pop_front()` in one method bounds
+                // `self.buffer.push_back(..)` in another.
+                shared: Evictions::of_self(imp.items.iter().filter_map(|i| match i {
+                    ImplItem::Fn(f) => Some(&f.block),
+                    _ => None,
+                })),
+                optimizer: is_optimizer_impl(imp),
+            };
             for impl_item in &mut imp.items {
                 if let ImplItem::Fn(f) = impl_item {
                     // The impl's attribute covers its methods: a method's own `#[track]`
@@ -107,30 +118,26 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
                         Some(ty) => format!("{ty}::{}", f.sig.ident),
                         None => f.sig.ident.to_string(),
                     };
-                    instrument_method(
-                        name,
-                        self_name.clone(),
-                        &shared,
-                        optimizer,
-                        &f.sig,
-                        &mut f.block,
-                    );
+                    instrument_fn(name, &owner, &f.sig, &mut f.block);
                 }
             }
         }
         // A trait's default methods (the others have no body).
         Item::Trait(tr) => {
             let trait_name = tr.ident.to_string();
-            let shared = Evictions::of_self(tr.items.iter().filter_map(|i| match i {
-                TraitItem::Fn(f) => f.default.as_ref(),
-                _ => None,
-            }));
+            let owner = Owner {
+                shared: Evictions::of_self(tr.items.iter().filter_map(|i| match i {
+                    TraitItem::Fn(f) => f.default.as_ref(),
+                    _ => None,
+                })),
+                ..Owner::default()
+            };
             for trait_item in &mut tr.items {
                 if let TraitItem::Fn(f) = trait_item {
                     f.attrs.retain(|a| !is_track_attr(a));
                     if let Some(block) = &mut f.default {
                         let name = format!("{trait_name}::{}", f.sig.ident);
-                        instrument_fn(name, None, &shared, &f.sig, block);
+                        instrument_fn(name, &owner, &f.sig, block);
                     }
                 }
             }
@@ -143,22 +150,42 @@ pub(crate) fn track(args: TokenStream, input: TokenStream, tracking: bool) -> To
 /// `#[leak_test]`: a `#[test]` whose tracked body runs under its own leak session.
 pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -> TokenStream {
     let mut errors = Errors::default();
-    let options = match LeakTestArgs::parse(args) {
-        Ok(options) => options,
+    let options = LeakTestArgs::parse(args, &mut errors);
+    let size = match &options.max_leaked_bytes {
+        MaxLeakedBytes::Text(text) => Some(text),
+        MaxLeakedBytes::Bytes(_) => None,
+    };
+    let func = match syn::parse2::<Item>(input.clone()) {
+        Ok(Item::Fn(func)) => Ok(func),
+        Ok(other) => Err(wrong_item(&other, "#[leak_test]", "a function")),
+        Err(e) => Err(e),
+    };
+    let mut func = match func {
+        Ok(func) => func,
         Err(e) => {
             errors.push(e);
-            LeakTestArgs::default()
+            let item = with_errors(input, errors);
+            // The size's error comes in the same compile as the others.
+            let check = size.map(|text| {
+                let bytes = size_in_bytes(text);
+                quote!(const _: u64 = #bytes;)
+            });
+            return quote!(#item #check);
         }
     };
-    let mut func = match syn::parse2::<Item>(input.clone()) {
-        Ok(Item::Fn(func)) => func,
-        Ok(other) => {
-            errors.push(wrong_item(&other, "#[leak_test]", "a function"));
-            return with_errors(input, errors);
-        }
-        Err(e) => {
-            errors.push(e);
-            return with_errors(input, errors);
+    // A size text is checked, and its bytes kept, in a `static` beside the function, not
+    // in it: a `#[test]` function is compiled in test builds only, and a bad size is an
+    // error in every build (with the other errors, with tracking or without).
+    let (max, beside) = match &options.max_leaked_bytes {
+        MaxLeakedBytes::Bytes(n) => (quote!(#n), None),
+        MaxLeakedBytes::Text(text) => {
+            let name = format_ident!("__TL_MAX_LEAKED_BYTES_{}", func.sig.ident.unraw());
+            let bytes = size_in_bytes(text);
+            let item = quote! {
+                #[allow(dead_code, non_upper_case_globals)]
+                static #name: u64 = #bytes;
+            };
+            (quote!(#name), Some(item))
         }
     };
     check_test_fn(&func, &mut errors);
@@ -166,19 +193,13 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         let err = e.into_compile_error();
         // The function is not a test now: keep it (so the rest of the file still checks)
         // without a dead-code warning on top of the error.
-        return quote!(#[allow(dead_code)] #func #err);
+        return quote!(#[allow(dead_code)] #func #err #beside);
     }
     if !tracking {
-        return quote!(#[::core::prelude::v1::test] #func);
+        return quote!(#[::core::prelude::v1::test] #func #beside);
     }
     let name = func.sig.ident.to_string();
-    instrument_fn(
-        name.clone(),
-        None,
-        &Evictions::default(),
-        &func.sig,
-        &mut func.block,
-    );
+    instrument_fn(name.clone(), &Owner::default(), &func.sig, &mut func.block);
     let ItemFn {
         attrs,
         vis,
@@ -190,7 +211,6 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
         ReturnType::Type(arrow, ty) => quote!(#arrow #ty),
     };
     let allow = &options.allow;
-    let max = options.max_leaked_bytes;
     let opt = |v: Option<u64>| match v {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
@@ -210,6 +230,20 @@ pub(crate) fn leak_test(args: TokenStream, input: TokenStream, tracking: bool) -
                 },
                 move || #ret #block,
             )
+        }
+        #beside
+    }
+}
+
+/// The bytes a size text (`"1 MiB"`) says, for a constant's initializer: the one size
+/// parser (`tensor_lifetime_report::size::parse_size_const`), evaluated by the compiler,
+/// and spanned at the text, so that a bad size is a compile error there with the
+/// parser's message.
+fn size_in_bytes(text: &LitStr) -> TokenStream {
+    quote_spanned! {text.span()=>
+        match ::tensor_lifetime::__private::parse_size_const(#text) {
+            ::core::result::Result::Ok(__tl_bytes) => __tl_bytes,
+            ::core::result::Result::Err(__tl_error) => ::core::panic!("{}", __tl_error.message()),
         }
     }
 }
@@ -302,50 +336,13 @@ fn type_name(ty: &syn::Type) -> Option<String> {
 }
 
 /// Instruments one function body in place (nothing for a `const fn`: probes are not
-/// `const`). `self_type` names `Self` in struct literals; `shared` are the evictions of
-/// `self.` containers seen in the other methods of the same impl or trait.
-fn instrument_fn(
-    function: String,
-    self_type: Option<String>,
-    shared: &Evictions,
-    sig: &syn::Signature,
-    block: &mut Block,
-) {
-    instrument_method(function, self_type, shared, false, sig, block);
-}
-
-/// [`instrument_fn`] for a method of an impl, `optimizer` when the impl is one of
-/// `Optimizer` (what it makes is `optimizer_state`; `origin.rs`).
-fn instrument_method(
-    function: String,
-    self_type: Option<String>,
-    shared: &Evictions,
-    optimizer: bool,
-    sig: &syn::Signature,
-    block: &mut Block,
-) {
+/// `const`); `owner` is what the impl or trait around it says.
+fn instrument_fn(function: String, owner: &Owner, sig: &syn::Signature, block: &mut Block) {
     if sig.constness.is_some() {
         return;
     }
-    let mut evictions = Evictions::of(block);
-    evictions.merge(shared);
-    let mut v = Instrument {
-        function,
-        in_async: sig.asyncness.is_some(),
-        needs_task: false,
-        self_type,
-        evictions,
-        returned: returned_locals(block),
-        optimizer,
-        args: fn_args(sig),
-        locals: HashSet::new(),
-    };
-    v.locals = bound_names(block, &v.args);
-    v.visit_block_mut(block);
-    if v.needs_task {
-        instrument::in_task(block);
-    }
-    wrap_body(&v.function, sig, block);
+    let facts = FnFacts::new(function, owner, sig, block);
+    instrument::instrument(&facts, sig, block);
 }
 
 #[cfg(test)]

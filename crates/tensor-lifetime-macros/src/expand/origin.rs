@@ -16,18 +16,12 @@
 //! runs while the function's locals are alive (a post-mortem of the failing step).
 //! `return Err(..)` is not checked (the caller's `?` sees it).
 
-use super::*;
-
-/// `.with_role(Role::X)` for a site of role `role` (a `Role` variant's name).
-pub(super) fn role_tokens(role: Option<&str>) -> TokenStream {
-    match role {
-        Some(role) => {
-            let ident = proc_macro2::Ident::new(role, Span::call_site());
-            quote!(.with_role(::tensor_lifetime::__private::Role::#ident))
-        }
-        None => TokenStream::new(),
-    }
-}
+use super::sites::local;
+use super::syntax::{diverges, pat_idents};
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{parse_quote, parse_quote_spanned, Block, Expr, ReturnType, Stmt};
 
 /// Whether an `impl` block implements a trait named `Optimizer` (candle-nn's).
 pub(super) fn is_optimizer_impl(imp: &syn::ItemImpl) -> bool {
@@ -155,7 +149,7 @@ pub(super) fn checked(expr: &Expr) -> Expr {
 /// tail expression (module docs). Nothing for `async` functions (the guard is per thread
 /// and must not be held across an `.await`).
 pub(super) fn wrap_body(function: &str, sig: &syn::Signature, block: &mut Block) {
-    if sig.asyncness.is_some() || sig.constness.is_some() {
+    if sig.asyncness.is_some() {
         return;
     }
     if returns_result(sig) {

@@ -1,6 +1,9 @@
 //! Small questions about syntax: places, patterns, probe calls, awaits.
 
-use super::*;
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::visit::Visit;
+use syn::{BinOp, Expr, ExprMethodCall, Item, Pat};
 
 /// A place expression (a local, `self`, fields, indexing and dereferences of those).
 pub(super) fn is_place(e: &Expr) -> bool {

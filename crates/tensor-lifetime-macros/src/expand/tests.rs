@@ -1,4 +1,6 @@
+use super::syntax::{compact, holder};
 use super::*;
+use syn::Expr;
 
 fn expand(item: TokenStream) -> String {
     track(TokenStream::new(), item, true).to_string()
@@ -303,4 +305,45 @@ fn an_assigned_value_reads_its_inputs_before_it_is_computed() {
         "{out}"
     );
     assert!(out.contains("tagged (CONSTANT"), "{out}");
+}
+
+/// A size text is parsed by the compiler with the runtime's parser, in a `static` beside
+/// the test (compiled in every build, not only in test builds), or a constant beside an
+/// item that is not a function: never here.
+#[test]
+fn a_size_text_becomes_a_static_the_compiler_evaluates() {
+    let item = quote!(
+        fn t() {}
+    );
+    let args = quote!(max_leaked_bytes = "1 MiB");
+    let check = "match :: tensor_lifetime :: __private :: parse_size_const (\"1 MiB\")";
+    let size_static = format!("static __TL_MAX_LEAKED_BYTES_t : u64 = {check}");
+    let tracked = leak_test(args.clone(), item.clone(), true).to_string();
+    assert!(tracked.contains(&size_static), "{tracked}");
+    assert!(tracked.contains("max_leaked_bytes : __TL_MAX_LEAKED_BYTES_t ,"));
+    let plain = leak_test(args, item.clone(), false).to_string();
+    assert!(plain.contains(&size_static), "{plain}");
+    let with_error = leak_test(quote!(max_leaked_bytes = "2 KB", warmup), item, true);
+    let with_error = with_error.to_string();
+    assert!(with_error.contains("compile_error"), "{with_error}");
+    assert!(
+        with_error.contains("parse_size_const (\"2 KB\")"),
+        "{with_error}"
+    );
+    let not_a_fn = leak_test(
+        quote!(max_leaked_bytes = "2 KB"),
+        quote!(
+            struct S;
+        ),
+        true,
+    );
+    assert!(not_a_fn.to_string().contains("const _ : u64 = match"));
+    let number = leak_test(
+        quote!(max_leaked_bytes = 1024),
+        quote!(
+            fn t() {}
+        ),
+        true,
+    );
+    assert!(number.to_string().contains("max_leaked_bytes : 1024u64"));
 }
