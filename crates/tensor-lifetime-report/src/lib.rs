@@ -37,16 +37,14 @@ pub mod event;
 pub mod fast_hash;
 pub mod github;
 pub mod html;
-pub mod memory_findings;
 pub mod model;
-pub mod ranks;
 pub mod report;
 pub mod sarif;
 pub mod size;
 pub mod timeline;
 pub mod trace;
 
-pub use analysis::{Analysis, Judgement};
+pub use analysis::{memory_findings, ranks, Analysis, Judgement};
 pub use diff::Diff;
 pub use event::{Event, ReadError, SiteKind};
 pub use memory_findings::{MemoryFindings, MemoryJudgement};

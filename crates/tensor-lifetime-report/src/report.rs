@@ -8,6 +8,7 @@ use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};
+use std::cmp::{Ordering, Reverse};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -165,6 +166,13 @@ impl Finding {
             other_call_paths: Vec::new(),
             hint: kind.hint().to_string(),
         }
+    }
+
+    /// The order of reports: leaks first, then by severity ([`FindingKind::severity_rank`]),
+    /// the most bytes first.
+    pub fn cmp_seriousness(&self, other: &Finding) -> Ordering {
+        let key = |f: &Finding| (!f.is_leak(), f.kind.severity_rank(), Reverse(f.bytes));
+        key(self).cmp(&key(other))
     }
 
     /// A leak, or a graph or view retention that keeps growing.

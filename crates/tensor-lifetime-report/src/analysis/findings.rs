@@ -2,9 +2,10 @@
 //! sites are bounded (trimmed containers, construction loops), and the kind of each
 //! finding.
 
-use super::{Analysis, Judgement, Verdict};
-use crate::event::{HolderSpec, SiteNote, SiteSweep};
-use crate::report::{Finding, FindingKind, HolderKind, HolderRef, LoopSummary, Report, SiteRef};
+use super::frames::Verdict;
+use super::{Analysis, Judgement};
+use crate::model::{HolderKind, HolderRef, HolderSpec, SiteNote, SiteRef, SiteSweep};
+use crate::report::{Finding, FindingKind, LoopSummary, Report};
 use std::collections::BTreeMap;
 
 impl Analysis {
@@ -36,7 +37,7 @@ impl Analysis {
             })
             .collect();
         if session.is_none() {
-            findings.extend(self.memory_findings.findings(|id| self.sites.get(&id)));
+            findings.extend(self.memory_findings.findings(|id| self.catalog.site(id)));
         }
         sort_findings(&mut findings);
         let loops = self
@@ -53,7 +54,7 @@ impl Analysis {
             live_tensors: self.live_tensors,
             live_bytes: self.live_bytes,
             peak_live_bytes: self.peak_live_bytes,
-            sites_seen: self.born.len() as u64,
+            sites_seen: self.catalog.sites_seen(),
             memory: self.memory.clone(),
             memory_by_role: self.memory_by_role(),
             post_mortem: self.post_mortem.clone(),
@@ -114,7 +115,7 @@ impl Analysis {
     fn bound(&self, v: &Verdict) -> Option<Bound> {
         let top = v.series.last.holders.first().map(|h| h.holder);
         let store = match top {
-            Some(HolderSpec::Store { site }) => self.sites.get(&site),
+            Some(HolderSpec::Store { site }) => self.catalog.site(site),
             _ => None,
         };
         if let Some(info) = store {
@@ -137,16 +138,7 @@ impl Analysis {
     }
 
     fn site_ref(&self, id: u32) -> SiteRef {
-        match self.sites.get(&id) {
-            Some(info) => SiteRef::from(info),
-            None => SiteRef {
-                file: "<unknown>".into(),
-                line: 0,
-                column: 0,
-                function: String::new(),
-                label: format!("site #{id}"),
-            },
-        }
+        self.catalog.site_ref(id)
     }
 
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
@@ -301,19 +293,10 @@ fn fold_graph_held(best: &mut Best) -> BTreeMap<u32, Vec<u32>> {
     held
 }
 
-/// Leaks first, then by severity, the most bytes first, then by place.
+/// In the report's order ([`Finding::cmp_seriousness`]), then by place.
 fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
-        (
-            !a.is_leak(),
-            a.kind.severity_rank(),
-            std::cmp::Reverse(a.bytes),
-        )
-            .cmp(&(
-                !b.is_leak(),
-                b.kind.severity_rank(),
-                std::cmp::Reverse(b.bytes),
-            ))
+        a.cmp_seriousness(b)
             .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
     });
 }
