@@ -1,49 +1,41 @@
 //! Loop frames: a frame's series by site while it runs, and its verdicts when it ends
 //! (confirmed, or waiting for the enclosing frame's iteration end; see the module docs of
-//! [`super`]).
+//! [`super`]). [`Frames`] owns them all, and the loops' summaries.
 
-use super::findings::classify;
+use super::judgement::Judgement;
 use super::series::{Series, SeriesBySite, SiteLookup};
-use super::{Analysis, Judgement};
+use super::verdict::{classify, Verdict};
 use crate::fast_hash::HashMap;
 use crate::model::{SiteNote, SiteSweep};
 use crate::report::LoopSummary;
+use std::collections::BTreeMap;
 
-/// The judgement of one site in one frame: its series and where it stands.
-#[derive(Debug, Clone)]
-pub(super) struct Verdict {
-    pub(super) judgement: Judgement,
-    pub(super) session: u64,
-    pub(super) loop_site: u32,
-    pub(super) loop_name: String,
-    pub(super) depth: u32,
-    pub(super) iteration: u64,
-    pub(super) running: bool,
-    pub(super) series: Series,
-    pub(super) growing: bool,
-    /// The returned local the loop (or its outermost loop) builds, for a construction
-    /// loop (see the module docs).
-    pub(super) product: Option<String>,
-    /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
-    /// a single epoch): no later iteration could tell a leak from state filled once.
-    pub(super) single_epoch: bool,
+/// The open frames, the verdicts of ended ones, and every loop's summary.
+#[derive(Debug, Default)]
+pub(super) struct Frames {
+    /// The knobs, before a frame's own overrides (leak-test options).
+    judgement: Judgement,
+    open: HashMap<u64, Frame>,
+    loops: BTreeMap<u32, LoopSummary>,
+    /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
+    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
 }
 
 /// One run of a loop, open.
 #[derive(Debug)]
-pub(super) struct Frame {
+struct Frame {
     site: u32,
     name: String,
     parent: Option<u64>,
     depth: u32,
     session: u64,
     judgement: Judgement,
-    pub(super) iterations: u64,
+    iterations: u64,
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
     /// An outermost frame's nested growth that outlived a warm-up iteration's end:
-    /// confirmed at its close if it never leaves the warm-up (see [`Analysis::loop_end`]).
+    /// confirmed at its close if it never leaves the warm-up (see [`Frames::end`]).
     warmup_growth: Vec<(u32, Verdict)>,
     /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
     /// that builds nothing (see the module docs).
@@ -70,9 +62,32 @@ impl Frame {
     }
 }
 
-impl Analysis {
+impl Frames {
+    pub(super) fn new(judgement: Judgement) -> Self {
+        Frames {
+            judgement,
+            ..Frames::default()
+        }
+    }
+
+    /// The knobs in use.
+    pub(super) fn judgement(&self) -> Judgement {
+        self.judgement
+    }
+
+    /// The iterations of open frame `frame` that have ended.
+    pub(super) fn iterations_ended(&self, frame: u64) -> Option<u64> {
+        self.open.get(&frame).map(|f| f.iterations)
+    }
+
+    /// Every loop's summary, by loop site.
+    pub(super) fn loops(&self) -> &BTreeMap<u32, LoopSummary> {
+        &self.loops
+    }
+
+    /// A frame opened: `note` is its loop site's.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn loop_start(
+    pub(super) fn start(
         &mut self,
         frame: u64,
         site: u32,
@@ -81,6 +96,7 @@ impl Analysis {
         session: u64,
         warmup: Option<u64>,
         window: Option<u64>,
+        note: Option<&SiteNote>,
     ) {
         let judgement = Judgement {
             warmup: warmup.unwrap_or(self.judgement.warmup),
@@ -88,17 +104,17 @@ impl Analysis {
             ..self.judgement
         };
         let depth = parent
-            .and_then(|p| self.frames.get(&p))
+            .and_then(|p| self.open.get(&p))
             .map_or(0, |p| p.depth + 1);
         // A construction loop is one outside any loop, or inside one.
         let product = match parent {
-            None => match self.catalog.site(site).and_then(|s| s.note.as_ref()) {
+            None => match note {
                 Some(SiteNote::Fills { holder }) => Some(holder.clone()),
                 _ => None,
             },
-            Some(p) => self.frames.get(&p).and_then(|p| p.product.clone()),
+            Some(p) => self.open.get(&p).and_then(|p| p.product.clone()),
         };
-        self.frames.insert(
+        self.open.insert(
             frame,
             Frame {
                 site,
@@ -125,18 +141,9 @@ impl Analysis {
         summary.running += 1;
     }
 
-    pub(super) fn iteration_end(
-        &mut self,
-        frame_id: u64,
-        iteration: u64,
-        live_tensors: u64,
-        live_bytes: u64,
-        sites: &[SiteSweep],
-    ) {
-        self.live_tensors = live_tensors;
-        self.live_bytes = live_bytes;
-        self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
-        let Some(frame) = self.frames.get_mut(&frame_id) else {
+    /// An iteration of `frame_id` ended; `sites` are its survivors by site.
+    pub(super) fn iteration_end(&mut self, frame_id: u64, iteration: u64, sites: &[SiteSweep]) {
+        let Some(frame) = self.open.get_mut(&frame_id) else {
             return;
         };
         let j = frame.judgement;
@@ -194,8 +201,9 @@ impl Analysis {
         }
     }
 
-    pub(super) fn loop_end(&mut self, frame_id: u64) {
-        let Some(mut frame) = self.frames.remove(&frame_id) else {
+    /// A frame closed.
+    pub(super) fn end(&mut self, frame_id: u64) {
+        let Some(mut frame) = self.open.remove(&frame_id) else {
             return;
         };
         if let Some(summary) = self.loops.get_mut(&frame.site) {
@@ -211,7 +219,7 @@ impl Analysis {
                 self.confirmed.insert(key, verdict);
             }
         }
-        let mut parent = frame.parent.and_then(|p| self.frames.get_mut(&p));
+        let mut parent = frame.parent.and_then(|p| self.open.get_mut(&p));
         for (site, series) in std::mem::take(&mut frame.series.0) {
             let verdict = frame.verdict(series, false);
             let key = (frame.session, frame.site, site);
@@ -228,15 +236,21 @@ impl Analysis {
         }
     }
 
-    /// The verdicts of the open frames (of `session`, or all), by site.
-    pub(super) fn frame_verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
+    /// The verdicts of `session` (or all) by site: the open frames' first, then the
+    /// confirmed ones.
+    pub(super) fn verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
         let mut out = Vec::new();
-        for frame in self.frames.values() {
+        for frame in self.open.values() {
             if session.is_some_and(|s| frame.session != s) {
                 continue;
             }
             for (site, series) in &frame.series.0 {
                 out.push((*site, frame.verdict(series.clone(), true)));
+            }
+        }
+        for ((s, _, site), verdict) in &self.confirmed {
+            if session.is_none_or(|want| want == *s) {
+                out.push((*site, verdict.clone()));
             }
         }
         out

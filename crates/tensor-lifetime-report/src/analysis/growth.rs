@@ -3,7 +3,7 @@
 //!
 //! Every judge of growth keeps a [`Growth`] of its series and asks it: the survivor counts
 //! of a site in a loop frame ([`super::Series`]), the untracked bytes of a device
-//! ([`super::memory_findings`]). What a growth event is belongs to the series (a new
+//! (the memory findings). What a growth event is belongs to the series (a new
 //! highest count; bytes at least a tolerance above the last growth event), and so does
 //! the level the series must still be at (above the high before the latest growth event;
 //! at least `k` tolerances above the baseline); when the series grew, and whether that is

@@ -6,9 +6,8 @@
 //! calls (`note_born_at`, `note_born_dropped`, `note_dropped`, `note_iteration_end`) make
 //! one on the stack, so nothing is allocated on its path.
 
-use super::memory_findings::own_bytes;
 use crate::event::Event;
-use crate::model::{MemorySample, SiteInfo, SiteSweep};
+use crate::model::{own_bytes, MemorySample, SiteInfo, SiteSweep};
 use crate::post_mortem::PostMortem;
 use crate::roles::{CallFrame, RoleBytes};
 

@@ -79,51 +79,28 @@ mod findings;
 mod frames;
 pub mod growth;
 mod input;
+mod judgement;
 pub mod memory_findings;
 pub mod ranks;
 mod series;
+mod verdict;
 
 pub use catalog::Catalog;
 pub use input::{Input, Roles};
+pub use judgement::Judgement;
 pub use series::Series;
 
-use crate::fast_hash::HashMap;
-use frames::{Frame, Verdict};
+use frames::Frames;
 use memory_findings::MemoryFindings;
-
-/// The knobs of the judgement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Judgement {
-    /// Iterations at the start of each loop frame whose growth is not counted.
-    pub warmup: u64,
-    /// Growth events needed (and the recency window, at least) for a leak.
-    pub k: u64,
-    /// A survivor whose storage is at least this many times its own size is a view
-    /// retention.
-    pub view_ratio: u64,
-}
-
-impl Default for Judgement {
-    fn default() -> Self {
-        Judgement {
-            warmup: 1,
-            k: 3,
-            view_ratio: 2,
-        }
-    }
-}
 
 /// The analysis state. Feed it events with [`Analysis::apply`] (or inputs with
 /// [`Analysis::step`]); ask for a [`Report`] at any time.
 #[derive(Debug, Default)]
 pub struct Analysis {
-    judgement: Judgement,
     /// Sites, call paths and births per site.
     catalog: Catalog,
-    frames: HashMap<u64, Frame>,
-    loops: BTreeMap<u32, LoopSummary>,
-    /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
-    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
+    /// The loop frames, open and ended, and their verdicts.
+    frames: Frames,
     live_tensors: u64,
     live_bytes: u64,
     peak_live_bytes: u64,
@@ -139,14 +116,14 @@ pub struct Analysis {
 impl Analysis {
     pub fn new(judgement: Judgement) -> Self {
         Analysis {
-            judgement,
+            frames: Frames::new(judgement),
             ..Analysis::default()
         }
     }
 
     /// The knobs in use.
     pub fn judgement(&self) -> Judgement {
-        self.judgement
+        self.frames.judgement()
     }
 
     /// What the events declared: sites, call paths, births per site.
@@ -180,7 +157,11 @@ impl Analysis {
                 session,
                 warmup,
                 window,
-            } => self.loop_start(frame, site, name, parent, session, warmup, window),
+            } => {
+                let note = self.catalog.site(site).and_then(|s| s.note.as_ref());
+                let frames = &mut self.frames;
+                frames.start(frame, site, name, parent, session, warmup, window, note);
+            }
             // Its bytes go to the memory findings (above); live bytes come from sweeps,
             // which count each storage once.
             Input::Born { site, dropped, .. } => {
@@ -204,9 +185,12 @@ impl Analysis {
                     Roles::Copied(roles) => self.memory_by_role.note(roles),
                     Roles::Taken(roles) => self.memory_by_role.note_owned(roles),
                 }
-                self.iteration_end(frame, iteration, live_tensors, live_bytes, sites)
+                self.live_tensors = live_tensors;
+                self.live_bytes = live_bytes;
+                self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
+                self.frames.iteration_end(frame, iteration, sites);
             }
-            Input::LoopEnd { frame } => self.loop_end(frame),
+            Input::LoopEnd { frame } => self.frames.end(frame),
             Input::Memory { device, sample } => {
                 self.memory.insert(device.to_string(), sample.clone());
             }
@@ -272,7 +256,7 @@ impl Analysis {
     /// The iterations of open loop frame `frame` that have ended (the index of the one
     /// running now), or `None` when no such frame is open.
     pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
-        self.frames.get(&frame).map(|f| f.iterations)
+        self.frames.iterations_ended(frame)
     }
 
     /// Site info by id, once declared ([`Catalog::site`]).
@@ -303,5 +287,34 @@ impl Analysis {
     /// The report as of the events applied so far.
     pub fn report(&self) -> Report {
         self.report_for(None)
+    }
+
+    /// The report of the loops of one session (a leak test), or of all.
+    pub fn report_for(&self, session: Option<u64>) -> Report {
+        let mut findings = findings::findings(&self.catalog, self.frames.verdicts(session));
+        if session.is_none() {
+            findings.extend(self.memory_findings.findings(|id| self.catalog.site(id)));
+        }
+        findings::sort_findings(&mut findings);
+        let loops = self
+            .frames
+            .loops()
+            .iter()
+            .map(|(site, l)| LoopSummary {
+                site: Some(self.catalog.site_ref(*site)),
+                ..l.clone()
+            })
+            .collect();
+        Report {
+            findings,
+            loops,
+            live_tensors: self.live_tensors,
+            live_bytes: self.live_bytes,
+            peak_live_bytes: self.peak_live_bytes,
+            sites_seen: self.catalog.sites_seen(),
+            memory: self.memory.clone(),
+            memory_by_role: self.memory_by_role(),
+            post_mortem: self.post_mortem.clone(),
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! of a frame by site, and an iteration end's sweeps looked up by site.
 
 use super::growth::{Growth, Window};
-use super::Judgement;
+use super::judgement::Judgement;
 use crate::fast_hash::HashMap;
 use crate::model::SiteSweep;
 

@@ -45,6 +45,7 @@ use super::growth::{Growth, Window};
 use super::input::Input;
 use crate::event::Event;
 use crate::fast_hash::{HashMap, SiteMap};
+pub use crate::model::own_bytes;
 use crate::model::{MemorySample, SiteInfo, SiteRef};
 use crate::report::{Finding, FindingKind};
 use crate::size::format_bytes;
@@ -52,26 +53,6 @@ use shapes::{Shapes, MAX_SIZES_PER_SITE};
 use std::collections::BTreeMap;
 
 mod shapes;
-
-/// A tensor's own bytes, its elements times their size, from a birth's shape and dtype
-/// (candle's element sizes; its sub-byte types count 0, as candle counts them). `None`
-/// without a shape or for a dtype not known here: the birth's storage bytes are used then.
-pub fn own_bytes(shape: Option<&[usize]>, dtype: &str) -> Option<u64> {
-    let size = match dtype {
-        "u8" | "f8e4m3" | "f8e8m0" => 1,
-        "i16" | "bf16" | "f16" => 2,
-        "u32" | "i32" | "f32" => 4,
-        "i64" | "f64" => 8,
-        "f6e2m3" | "f6e3m2" | "f4" => 0,
-        _ => return None,
-    };
-    // Saturating: a corrupt or hand-made log may hold any shape (tests/hostile_logs.rs).
-    let elements = shape?
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
-        .unwrap_or(u64::MAX);
-    Some(elements.saturating_mul(size))
-}
 
 /// The knobs of the memory findings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

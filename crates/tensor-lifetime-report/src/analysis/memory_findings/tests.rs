@@ -211,26 +211,6 @@ fn churn_is_judged_on_the_tensors_own_size() {
 }
 
 #[test]
-fn own_bytes_follow_candle_element_sizes() {
-    assert_eq!(own_bytes(Some(&[2, 3]), "f32"), Some(24));
-    assert_eq!(own_bytes(Some(&[2, 3]), "bf16"), Some(12));
-    assert_eq!(own_bytes(Some(&[5]), "i64"), Some(40));
-    assert_eq!(own_bytes(Some(&[]), "u8"), Some(1), "a scalar");
-    assert_eq!(
-        own_bytes(Some(&[8]), "f4"),
-        Some(0),
-        "candle counts sub-byte types 0"
-    );
-    assert_eq!(own_bytes(None, "f32"), None);
-    assert_eq!(own_bytes(Some(&[2]), "complex"), None);
-    assert_eq!(
-        own_bytes(Some(&[usize::MAX, 4]), "f32"),
-        Some(u64::MAX),
-        "saturates"
-    );
-}
-
-#[test]
 fn same_sizes_every_iteration_are_not_churn() {
     // One size per layer, the same set each iteration.
     let f = run_shapes(20, |_| (1..=12).map(|l| l * 256 * 1024).collect());
