@@ -47,7 +47,7 @@
 //!
 //! ## Bounded containers and construction loops
 //!
-//! Two facts the macro reads in the source ([`SiteNote`]) turn a growing site into
+//! Two facts the macro reads in the source ([`SiteNote`](crate::model::SiteNote)) turn a growing site into
 //! `retained` (growing, bounded: information, not a leak), named in its hint:
 //!
 //! - **Evicted**: the site's main holder (the holder of most of its survivors) is a store

@@ -38,7 +38,7 @@ pub struct SiteSweep {
     /// The role of most of the survivors (absent in logs written before roles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Role>,
-    /// The call paths ([`Event::CallPath`] ids) that created the survivors, the most
+    /// The call paths (ids of the log's `call_path` events) that created the survivors, the most
     /// frequent first (up to 4; absent in logs written before call paths).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub call_paths: Vec<u32>,
