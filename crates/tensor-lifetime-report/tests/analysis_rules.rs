@@ -87,25 +87,34 @@ fn loop_carried_value_is_no_finding() {
     assert!(kinds(&a).is_empty());
 }
 
-#[test]
-fn per_epoch_accumulation_in_nested_loop_is_dropped() {
+/// An `'epoch` loop (frame 1 of site 0) open, around `'batch` loops (site 2) that make
+/// `label` (site 1).
+fn epochs(label: &str) -> Analysis {
     let mut a = Analysis::default();
     a.apply(&site(0, "'epoch").into());
     a.apply(&site(2, "'batch").into());
-    a.apply(&site(1, "pred").into());
+    a.apply(&site(1, label).into());
     a.apply(&loop_start(1, 0).into());
+    a
+}
+
+/// The `'batch` loop of `epoch` (frame `10 + epoch`, returned), 8 iterations that keep
+/// 1, 2 ... 8 of site 1's tensors; left open.
+fn batches(a: &mut Analysis, epoch: u64) -> u64 {
+    let inner = 10 + epoch;
+    a.apply(&loop_start(inner, 2).parent(1, epoch).into());
+    for b in 0..8 {
+        let end = iteration_end(inner, b).site(1).survivors(b + 1);
+        a.apply(&end.born(0, b).into());
+    }
+    inner
+}
+
+#[test]
+fn per_epoch_accumulation_in_nested_loop_is_dropped() {
+    let mut a = epochs("pred");
     for epoch in 0..2u64 {
-        let inner = 10 + epoch;
-        a.apply(&loop_start(inner, 2).parent(1, epoch).into());
-        for b in 0..8 {
-            a.apply(
-                &iteration_end(inner, b)
-                    .site(1)
-                    .survivors(b + 1)
-                    .born(0, b)
-                    .into(),
-            );
-        }
+        let inner = batches(&mut a, epoch);
         assert_eq!(
             kinds(&a),
             vec![(FindingKind::Leak, true)],
@@ -120,23 +129,9 @@ fn per_epoch_accumulation_in_nested_loop_is_dropped() {
 
 #[test]
 fn nested_growth_that_survives_the_epoch_is_confirmed_at_outermost_loop() {
-    let mut a = Analysis::default();
-    a.apply(&site(0, "'epoch").into());
-    a.apply(&site(2, "'batch").into());
-    a.apply(&site(1, "t").into());
-    a.apply(&loop_start(1, 0).into());
+    let mut a = epochs("t");
     for epoch in 0..2u64 {
-        let inner = 10 + epoch;
-        a.apply(&loop_start(inner, 2).parent(1, epoch).into());
-        for b in 0..8 {
-            a.apply(
-                &iteration_end(inner, b)
-                    .site(1)
-                    .survivors(b + 1)
-                    .born(0, b)
-                    .into(),
-            );
-        }
+        let inner = batches(&mut a, epoch);
         a.apply(&loop_end(inner, 8));
         let kept = iteration_end(1, epoch).site(1).survivors(8 * (epoch + 1));
         a.apply(&kept.born(0, epoch).into());

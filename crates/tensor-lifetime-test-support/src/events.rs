@@ -254,3 +254,61 @@ pub fn pool_sample(device: &str, tracked: u64, pool_used: u64) -> Event {
         },
     }
 }
+
+/// A tensor born at `site` outside any loop: tensor 0, an `f32` on `cuda:0`, no bytes
+/// and no shape until [`Born::bytes`], [`Born::shape`] say.
+pub fn born(site: u32) -> Born {
+    Born(Event::Born {
+        t_ns: 0,
+        tensor: 0,
+        site,
+        frame: None,
+        iteration: 0,
+        bytes: 0,
+        storage: 0,
+        shape: None,
+        dtype: "f32".into(),
+        device: "cuda:0".into(),
+        thread: 1,
+    })
+}
+
+/// A [`born`] being built.
+#[derive(Debug, Clone)]
+pub struct Born(Event);
+
+impl Born {
+    /// Born in iteration `iteration` of frame `frame`.
+    pub fn during(mut self, frame: u64, iteration: u64) -> Self {
+        if let Event::Born {
+            frame: f,
+            iteration: i,
+            ..
+        } = &mut self.0
+        {
+            (*f, *i) = (Some(frame), iteration);
+        }
+        self
+    }
+
+    /// Its storage's bytes.
+    pub fn bytes(mut self, to: u64) -> Self {
+        if let Event::Born { bytes, .. } = &mut self.0 {
+            *bytes = to;
+        }
+        self
+    }
+
+    pub fn shape(mut self, to: Vec<usize>) -> Self {
+        if let Event::Born { shape, .. } = &mut self.0 {
+            *shape = Some(to);
+        }
+        self
+    }
+}
+
+impl From<Born> for Event {
+    fn from(b: Born) -> Event {
+        b.0
+    }
+}

@@ -223,27 +223,33 @@ impl Analysis {
     /// own size ([`memory_findings::own_bytes`]).
     #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
-        self.step(Input::Born {
-            site,
-            frame,
-            iteration,
-            bytes,
-            shape: None,
-            dropped: false,
-        });
+        self.note_birth(site, frame, iteration, bytes, false);
     }
 
     /// A birth and its drop together, for a tensor found dead when first seen
     /// ([`Input::Born`] with `dropped`).
     #[inline]
     pub fn note_born_dropped(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
+        self.note_birth(site, frame, iteration, bytes, true);
+    }
+
+    #[inline]
+    fn note_birth(
+        &mut self,
+        site: u32,
+        frame: Option<u64>,
+        iteration: u64,
+        bytes: u64,
+        dropped: bool,
+    ) {
+        let shape = None;
         self.step(Input::Born {
             site,
             frame,
             iteration,
             bytes,
-            shape: None,
-            dropped: true,
+            shape,
+            dropped,
         });
     }
 

@@ -393,6 +393,3 @@ impl MemoryFindings {
         out
     }
 }
-
-#[cfg(test)]
-mod tests;

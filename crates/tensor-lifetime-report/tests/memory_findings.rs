@@ -1,7 +1,8 @@
 //! The memory findings on hand-made event sequences.
 
-use super::*;
-use crate::event::SiteKind;
+use tensor_lifetime_report::event::{Event, MemorySample, SiteInfo, SiteKind};
+use tensor_lifetime_report::{Finding, FindingKind, MemoryFindings};
+use tensor_lifetime_test_support::events::{born, iteration_end, loop_start, pool_sample};
 
 fn site_info(label: &str) -> SiteInfo {
     SiteInfo {
@@ -15,61 +16,26 @@ fn site_info(label: &str) -> SiteInfo {
     }
 }
 
-fn start(frame: u64, parent: Option<u64>) -> Event {
-    Event::LoopStart {
-        t_ns: 0,
-        frame,
-        site: 0,
-        name: "'steps".into(),
-        parent,
-        parent_iteration: parent.map(|_| 0),
-        thread: 1,
-        session: 0,
-        warmup: None,
-        window: None,
-    }
+/// Frame 1 of the `'steps` loop (site 0).
+fn start() -> Event {
+    loop_start(1, 0).name("'steps").into()
 }
 
-fn end(frame: u64, iteration: u64) -> Event {
-    Event::IterationEnd {
-        t_ns: 0,
-        frame,
-        iteration,
-        duration_ns: 0,
-        live_tensors: 0,
-        live_bytes: 0,
-        sites: Vec::new(),
-        roles: Vec::new(),
-    }
+fn end(iteration: u64) -> Event {
+    iteration_end(1, iteration).into()
 }
 
 fn memory(tracked: u64, pool_used: u64) -> Event {
-    Event::Memory {
-        t_ns: 0,
-        device: "cuda:0".into(),
-        sample: MemorySample {
-            tracked,
-            pool_used: Some(pool_used),
-            pool_reserved: Some(pool_used),
-            ..MemorySample::default()
-        },
-    }
+    pool_sample("cuda:0", tracked, pool_used)
 }
 
-fn born(frame: u64, iteration: u64, bytes: u64, shape: Vec<usize>) -> Event {
-    Event::Born {
-        t_ns: 0,
-        tensor: 0,
-        site: 1,
-        frame: Some(frame),
-        iteration,
-        bytes,
-        storage: 0,
-        shape: Some(shape),
-        dtype: "f32".into(),
-        device: "cuda:0".into(),
-        thread: 1,
-    }
+/// A tensor of site 1 born in `iteration` of frame 1.
+fn born_in(iteration: u64, bytes: u64, shape: Vec<usize>) -> Event {
+    born(1)
+        .during(1, iteration)
+        .bytes(bytes)
+        .shape(shape)
+        .into()
 }
 
 const MIB: u64 = 1 << 20;
@@ -78,9 +44,9 @@ const MIB: u64 = 1 << 20;
 /// `(tracked(i), used(i))`.
 fn run_memory(n: u64, sample: impl Fn(u64) -> (u64, u64)) -> Vec<Finding> {
     let mut m = MemoryFindings::default();
-    m.apply(&start(1, None));
+    m.apply(&start());
     for i in 0..n {
-        m.apply(&end(1, i));
+        m.apply(&end(i));
         let (tracked, used) = sample(i);
         m.apply(&memory(tracked, used));
     }
@@ -142,9 +108,9 @@ fn noise_and_a_plateau_are_not_growth() {
 #[test]
 fn resident_memory_has_its_own_tolerance() {
     let mut m = MemoryFindings::default();
-    m.apply(&start(1, None));
+    m.apply(&start());
     for i in 0..10u64 {
-        m.apply(&end(1, i));
+        m.apply(&end(i));
         m.apply(&Event::Memory {
             t_ns: 0,
             device: "cpu".into(),
@@ -165,12 +131,12 @@ fn resident_memory_has_its_own_tolerance() {
 
 fn run_shapes(iterations: u64, sizes: impl Fn(u64) -> Vec<u64>) -> Vec<Finding> {
     let mut m = MemoryFindings::default();
-    m.apply(&start(1, None));
+    m.apply(&start());
     for i in 0..iterations {
         for b in sizes(i) {
-            m.apply(&born(1, i, b, vec![32, (b / 128) as usize]));
+            m.apply(&born_in(i, b, vec![32, (b / 128) as usize]));
         }
-        m.apply(&end(1, i));
+        m.apply(&end(i));
     }
     let info = site_info("x");
     m.findings(|_| Some(&info))
@@ -193,11 +159,11 @@ fn churn_is_judged_on_the_tensors_own_size() {
     // Views of varying length into one fixed 4 MiB storage: the birth events carry
     // the storage's bytes, always the same; the views' own sizes churn.
     let mut m = MemoryFindings::default();
-    m.apply(&start(1, None));
+    m.apply(&start());
     for i in 0..20u64 {
         let rows = 1024 + 32 * ((i * 7) % 13) as usize;
-        m.apply(&born(1, i, 4 << 20, vec![rows, 32]));
-        m.apply(&end(1, i));
+        m.apply(&born_in(i, 4 << 20, vec![rows, 32]));
+        m.apply(&end(i));
     }
     let info = site_info("x");
     let f = m.findings(|_| Some(&info));
