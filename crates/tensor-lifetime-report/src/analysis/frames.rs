@@ -38,7 +38,7 @@ struct Frame {
     /// confirmed at its close if it never leaves the warm-up (see [`Frames::end`]).
     warmup_growth: Vec<(u32, Verdict)>,
     /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
-    /// that builds nothing (see the module docs).
+    /// that builds nothing (see the module docs of `analysis`).
     product: Option<String>,
 }
 

@@ -18,14 +18,14 @@ pub(super) struct Verdict {
     pub(super) series: Series,
     pub(super) growing: bool,
     /// The returned local the loop (or its outermost loop) builds, for a construction
-    /// loop (see the module docs).
+    /// loop (see the module docs of `analysis`).
     pub(super) product: Option<String>,
     /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
     /// a single epoch): no later iteration could tell a leak from state filled once.
     pub(super) single_epoch: bool,
 }
 
-/// Why a growing site is bounded (see the module docs).
+/// Why a growing site is bounded (see the module docs of `analysis`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Bound {
     /// Held by a store into a container the code trims at `line` with `call`.
