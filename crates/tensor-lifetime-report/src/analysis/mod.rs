@@ -140,7 +140,12 @@ impl Analysis {
 
     /// The state machine's one entry: every event and every call of the tracker comes
     /// here.
-    #[inline]
+    ///
+    /// Inlined always: the tracker's calls make an input of a known kind, and the match
+    /// on it (here and in the memory findings) then folds away, so a birth or a drop
+    /// costs what its own bookkeeping does (measured: a non-inlined entry made a drop
+    /// 25 times and a birth 2.5 times slower).
+    #[inline(always)]
     pub fn step(&mut self, input: Input<'_>) {
         self.memory_findings.step(&input);
         match input {

@@ -154,8 +154,8 @@ impl MemoryFindings {
     }
 
     /// Takes one input of the analysis (its one path: [`super::Analysis::step`] and
-    /// [`MemoryFindings::apply`] come here).
-    #[inline]
+    /// [`MemoryFindings::apply`] come here). Inlined always, as `Analysis::step`.
+    #[inline(always)]
     pub fn step(&mut self, input: &Input<'_>) {
         match *input {
             Input::LoopStart {
