@@ -77,7 +77,7 @@ impl SiteDiff {
 
     /// `file:line`.
     pub fn location(&self) -> String {
-        crate::event::location(&self.file, self.line)
+        crate::model::location(&self.file, self.line)
     }
 }
 

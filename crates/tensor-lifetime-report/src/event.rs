@@ -10,7 +10,12 @@
 
 mod line;
 
-use crate::roles::{CallFrame, Role, RoleBytes};
+use crate::model::is_zero;
+pub use crate::model::{
+    location, HolderCount, HolderSpec, MemorySample, SiteInfo, SiteKind, SiteNote, SiteSweep,
+};
+use crate::post_mortem::PostMortem;
+use crate::roles::{CallFrame, RoleBytes};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::{self, BufRead};
@@ -19,197 +24,6 @@ use std::io::{self, BufRead};
 pub const FORMAT: &str = "tensor-lifetime-events";
 /// The version of the event-log format this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
-
-/// What a [`SiteInfo`] marks in the source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SiteKind {
-    /// A `let` binding: the label is the variable name.
-    Binding,
-    /// An assignment (`x = ...`, `x += ...`): the label is the assigned place.
-    Assignment,
-    /// A store into a container (`self.cache.push(t)`): the label is the receiver text.
-    Store,
-    /// A site given explicitly through the manual API.
-    Explicit,
-    /// A loop (`for`, `while`, `loop`): the label is its name (`'epoch`) or empty.
-    Loop,
-}
-
-impl SiteKind {
-    /// The name used in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SiteKind::Binding => "binding",
-            SiteKind::Assignment => "assignment",
-            SiteKind::Store => "store",
-            SiteKind::Explicit => "explicit",
-            SiteKind::Loop => "loop",
-        }
-    }
-}
-
-/// A static source location plus a label, as the tracker's `Site`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SiteInfo {
-    /// Path as `file!()` gives it.
-    pub file: String,
-    pub line: u32,
-    pub column: u32,
-    /// Module path and enclosing function, e.g. `my_crate::train::run`.
-    pub function: String,
-    pub label: String,
-    pub kind: SiteKind,
-    /// What `#[track]` saw around the site in the source, when it matters to the
-    /// judgement (a store whose container is trimmed, a loop that builds a returned
-    /// value). Absent in logs written before it existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<SiteNote>,
-}
-
-/// What the macro saw around a site, beyond its place and label.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "note", rename_all = "snake_case")]
-pub enum SiteNote {
-    /// A store whose receiver the tracked code also trims (`pop_front`, `truncate`,
-    /// `clear`, assigning a new container ...): the line of the first such call, in the
-    /// store's file, and the call (`pop_front`). The container is bounded.
-    Evicted { line: u32, call: String },
-    /// A loop that fills `holder`, a local the function returns (`Ok(heads)`): the loop
-    /// builds a value (a model's layers), whose tensors are its product.
-    Fills { holder: String },
-}
-
-impl SiteInfo {
-    /// `file:line`.
-    pub fn location(&self) -> String {
-        location(&self.file, self.line)
-    }
-}
-
-/// `file:line`: how reports, the trace and the diff name a place in the source (the
-/// `location()` of [`SiteInfo`], [`crate::report::SiteRef`] and [`crate::diff::SiteDiff`]).
-pub fn location(file: &str, line: u32) -> String {
-    format!("{file}:{line}")
-}
-
-/// Who keeps a survivor alive, as far as the tracker can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum HolderSpec {
-    /// The survivor went through this store site (`self.cache.push(t)`).
-    Store { site: u32 },
-    /// The survivor is a node of the autograd graph of a survivor born at `site`.
-    Graph { site: u32 },
-    /// The survivor shares its storage with a survivor born at `site`.
-    View { site: u32 },
-    /// Nothing the tracker saw holds it (a global, a clone outside tracked code...).
-    Unknown,
-}
-
-/// One holder and how many of a site's survivors it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HolderCount {
-    #[serde(flatten)]
-    pub holder: HolderSpec,
-    pub count: u64,
-}
-
-/// What a sweep found about the survivors of one site within one loop frame.
-#[derive(Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct SiteSweep {
-    pub site: u32,
-    /// Live tensors born at this site in this frame (or loops nested in it).
-    pub survivors: u64,
-    /// Bytes of the storages these survivors keep alive, each storage counted once.
-    pub bytes: u64,
-    /// Distinct iterations of this frame in which the survivors were born.
-    pub iterations: u64,
-    /// Earliest and latest iteration of this frame that bore a survivor.
-    pub first_iteration: u64,
-    pub last_iteration: u64,
-    /// Highest strong count among the survivors.
-    pub refcount: u64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub holders: Vec<HolderCount>,
-    /// Largest autograd graph held by one survivor of this site: other tensors in it and
-    /// their storage bytes (parameters excluded).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub graph_tensors: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub graph_bytes: u64,
-    /// For survivors that are small views of a larger storage: bytes of the views
-    /// themselves and of the storages they pin.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub view_bytes: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub view_storage_bytes: u64,
-    /// The role of most of the survivors (absent in logs written before roles).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<Role>,
-    /// The call paths ([`Event::CallPath`] ids) that created the survivors, the most
-    /// frequent first (up to 4; absent in logs written before call paths).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub call_paths: Vec<u32>,
-}
-
-// By hand for `clone_from`, which reuses the holders' allocation: the analysis keeps the
-// latest sweep of every series, at every iteration end.
-impl Clone for SiteSweep {
-    fn clone(&self) -> Self {
-        let mut out = SiteSweep::default();
-        out.clone_from(self);
-        out
-    }
-
-    fn clone_from(&mut self, source: &Self) {
-        let SiteSweep {
-            site,
-            survivors,
-            bytes,
-            iterations,
-            first_iteration,
-            last_iteration,
-            refcount,
-            holders,
-            graph_tensors,
-            graph_bytes,
-            view_bytes,
-            view_storage_bytes,
-            role,
-            call_paths,
-        } = source;
-        self.holders.clone_from(holders);
-        self.call_paths.clone_from(call_paths);
-        (self.site, self.survivors, self.bytes) = (*site, *survivors, *bytes);
-        (self.iterations, self.first_iteration) = (*iterations, *first_iteration);
-        (self.last_iteration, self.refcount) = (*last_iteration, *refcount);
-        (self.graph_tensors, self.graph_bytes) = (*graph_tensors, *graph_bytes);
-        (self.view_bytes, self.view_storage_bytes) = (*view_bytes, *view_storage_bytes);
-        self.role = *role;
-    }
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-/// A memory sample (from the periodic monitor or a `memory_summary`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct MemorySample {
-    /// Live bytes of tracked tensors on this device.
-    pub tracked: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool_used: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool_reserved: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_used: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub device_total: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process_resident: Option<u64>,
-}
 
 /// One line of the event log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -302,7 +116,7 @@ pub enum Event {
     PostMortem {
         t_ns: u64,
         #[serde(flatten)]
-        post_mortem: Box<crate::post_mortem::PostMortem>,
+        post_mortem: Box<PostMortem>,
     },
     /// A loop frame closed after `iterations` iterations.
     LoopEnd {

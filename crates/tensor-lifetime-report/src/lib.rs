@@ -6,24 +6,26 @@
 //! judgement of what is a leak therefore lives once, here, and an in-process report and a
 //! report from a saved log always agree.
 //!
+//! The modules are layered one way; each uses only those above it in this list:
+//!
+//! - [`size`], `fast_hash`: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`);
+//!   hash maps keyed by small integers.
+//! - [`model`]: the plain data: sites, holders, an iteration end's sweep of a site,
+//!   memory samples, [`roles`] (the role of each tensor, the split of memory by role,
+//!   call paths) and the [`post_mortem`] (what was live at one moment).
 //! - [`event`]: the events, the log format (versioned, see `docs/event-log.md`), a
 //!   streaming reader that tolerates a cut-off last line.
-//! - [`analysis`]: the per-loop, per-site judgement (leak, retained, graph and view
-//!   retention) as a state machine over events.
-//! - [`report`]: the [`Report`] value, its JSON shape and its text rendering.
-//! - [`roles`]: the role of each tensor (parameter, gradient, optimizer state,
-//!   activation, input, other, temporary), the split of memory by role, call paths.
-//! - [`post_mortem`]: what was live at one moment (an out-of-memory error).
-//! - [`memory_findings`]: untracked growth and shape churn, judged from memory samples
-//!   and birth sizes.
-//! - [`size`]: byte sizes, formatted (`1.2 MiB`) and parsed (`"1 MiB"`).
+//! - [`report`]: the [`Report`] value, its findings, its JSON shape and its text.
+//! - [`analysis`]: every judge, as a state machine over one input path
+//!   ([`analysis::Input`]): the per-loop, per-site judgement (leak, retained, graph and
+//!   view retention), the leak rule once ([`analysis::growth`]), the
+//!   [`memory_findings`] (untracked growth and shape churn) and the [`ranks`] merged (a
+//!   rank whose memory grows apart from the others).
 //! - [`timeline`]: a streaming, downsampling aggregator of live memory over time.
-//! - [`html`]: the self-contained HTML report (timeline, findings, per-site detail).
-//! - [`trace`]: a Chrome Trace Event file for ui.perfetto.dev and chrome://tracing.
-//! - [`diff`]: a per-site comparison of two reports (a CI guard against new leaks).
-//! - [`ranks`]: the logs of several ranks of one job merged: findings with their ranks,
-//!   a rank whose memory grows apart from the others.
-//! - [`sarif`], [`github`]: findings as SARIF 2.1.0 and as GitHub Actions annotations.
+//! - The renderers: [`html`] (the self-contained HTML report), [`trace`] (a Chrome
+//!   Trace Event file for ui.perfetto.dev and chrome://tracing), [`diff`] (a per-site
+//!   comparison of two reports, a CI guard against new leaks), [`sarif`] and [`github`]
+//!   (findings as SARIF 2.1.0 and as GitHub Actions annotations).
 //!
 //! The renderers take events through the same [`event::EventReader`] and the judgement
 //! through the same [`Analysis`]; none of them judges leaks itself.
@@ -37,20 +39,18 @@ pub mod event;
 pub mod fast_hash;
 pub mod github;
 pub mod html;
-pub mod memory_findings;
-pub mod post_mortem;
-pub mod ranks;
+pub mod model;
 pub mod report;
-pub mod roles;
 pub mod sarif;
 pub mod size;
 pub mod timeline;
 pub mod trace;
 
-pub use analysis::{Analysis, Judgement};
+pub use analysis::{memory_findings, ranks, Analysis, Judgement};
 pub use diff::Diff;
 pub use event::{Event, ReadError, SiteKind};
 pub use memory_findings::{MemoryFindings, MemoryJudgement};
+pub use model::{post_mortem, roles};
 pub use post_mortem::PostMortem;
 pub use report::{Finding, FindingKind, Report};
 pub use roles::{CallFrame, MemoryByRole, Role, RoleBytes, RoleHistory, RoleSplit};

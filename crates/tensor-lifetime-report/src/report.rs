@@ -1,11 +1,14 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::event::{location, MemorySample, SiteInfo};
+use crate::model::MemorySample;
+pub use crate::model::{HolderKind, HolderRef, SiteRef};
+use crate::post_mortem::PostMortem;
 use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};
+use std::cmp::{Ordering, Reverse};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -81,92 +84,6 @@ impl FindingKind {
             FindingKind::RankDivergence => {
                 "look at this rank's own findings: code that runs on one rank only (logging, checkpoints, a rank-dependent branch) keeps tensors"
             }
-        }
-    }
-}
-
-/// A site as reports show it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SiteRef {
-    pub file: String,
-    pub line: u32,
-    pub column: u32,
-    pub function: String,
-    pub label: String,
-}
-
-impl From<&SiteInfo> for SiteRef {
-    fn from(info: &SiteInfo) -> Self {
-        SiteRef {
-            file: info.file.clone(),
-            line: info.line,
-            column: info.column,
-            function: info.function.clone(),
-            label: info.label.clone(),
-        }
-    }
-}
-
-impl SiteRef {
-    /// `file:line`.
-    pub fn location(&self) -> String {
-        location(&self.file, self.line)
-    }
-
-    /// Whether this is the site `info` declares (the same place and label).
-    pub fn refers_to(&self, info: &SiteInfo) -> bool {
-        self.file == info.file
-            && self.line == info.line
-            && self.column == info.column
-            && self.label == info.label
-    }
-}
-
-/// How a holder keeps survivors alive (the kinds of [`crate::event::HolderSpec`]); in
-/// JSON `store`, `graph`, `view` or `unknown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HolderKind {
-    /// The survivors went through a store site (`self.cache.push(t)`).
-    Store,
-    /// They are nodes of the autograd graph of a survivor of the holding site.
-    Graph,
-    /// They share their storage with a survivor of the holding site.
-    View,
-    /// Nothing the tracker saw holds them.
-    Unknown,
-}
-
-/// Who holds survivors of a finding.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HolderRef {
-    pub kind: HolderKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub line: Option<u32>,
-    /// The receiver text of a store (`self.cache`), or the label of the holding site.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// Survivors held this way.
-    pub count: u64,
-}
-
-impl fmt::Display for HolderRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = match (&self.file, self.line) {
-            (Some(file), Some(line)) => format!(" at {}", location(file, line)),
-            _ => String::new(),
-        };
-        let label = self.label.as_deref().unwrap_or("?");
-        match self.kind {
-            HolderKind::Store => write!(f, "stored into `{label}`{at}"),
-            HolderKind::Graph => write!(f, "held by the autograd graph of `{label}`{at}"),
-            HolderKind::View => write!(f, "shares storage with `{label}`{at}"),
-            HolderKind::Unknown => write!(
-                f,
-                "no holder seen (a variable outside the loop, a global, or untracked code)"
-            ),
         }
     }
 }
@@ -251,6 +168,13 @@ impl Finding {
         }
     }
 
+    /// The order of reports: leaks first, then by severity ([`FindingKind::severity_rank`]),
+    /// the most bytes first.
+    pub fn cmp_seriousness(&self, other: &Finding) -> Ordering {
+        let key = |f: &Finding| (!f.is_leak(), f.kind.severity_rank(), Reverse(f.bytes));
+        key(self).cmp(&key(other))
+    }
+
     /// A leak, or a graph or view retention that keeps growing.
     pub fn is_leak(&self) -> bool {
         self.kind == FindingKind::Leak
@@ -290,7 +214,7 @@ pub struct Report {
     pub memory_by_role: MemoryByRole,
     /// What was live when a tracked function returned an out-of-memory error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_mortem: Option<Box<crate::post_mortem::PostMortem>>,
+    pub post_mortem: Option<Box<PostMortem>>,
 }
 
 impl Report {

@@ -2,76 +2,36 @@
 //! false alarms of the reliability matrix (tests/tests/reliability_matrix.rs), reduced to
 //! the survivor counts that caused them, and event logs that made the reader panic.
 
-use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteInfo, SiteSweep};
+use tensor_lifetime_report::event::HolderSpec;
 use tensor_lifetime_report::{Analysis, Event, Report, SiteKind};
-
-fn site(id: u32, label: &str, kind: SiteKind) -> Event {
-    Event::Site {
-        id,
-        info: SiteInfo {
-            file: "src/train.rs".into(),
-            line: 10 + id,
-            column: 5,
-            function: "train".into(),
-            label: label.into(),
-            kind,
-            note: None,
-        },
-    }
-}
+use tensor_lifetime_test_support::events::{iteration_end, loop_end, loop_start, site};
 
 fn start(frame: u64, site: u32, parent: Option<(u64, u64)>) -> Event {
-    Event::LoopStart {
-        t_ns: 0,
-        frame,
-        site,
-        name: format!("loop{site}"),
-        parent: parent.map(|p| p.0),
-        parent_iteration: parent.map(|p| p.1),
-        thread: 1,
-        session: 0,
-        warmup: None,
-        window: None,
+    let start = loop_start(frame, site);
+    match parent {
+        Some((frame, iteration)) => start.parent(frame, iteration).into(),
+        None => start.into(),
     }
 }
 
 /// An iteration end where site 3 has `survivors`, born in iterations `first..=last`.
 fn end(frame: u64, iteration: u64, survivors: u64, first: u64, last: u64) -> Event {
-    let sites = if survivors == 0 {
-        Vec::new()
-    } else {
-        vec![SiteSweep {
-            site: 3,
-            survivors,
-            bytes: 64 * survivors,
-            iterations: last.saturating_sub(first) + 1,
-            first_iteration: first,
-            last_iteration: last,
-            refcount: 1,
-            holders: vec![HolderCount {
-                holder: HolderSpec::Unknown,
-                count: survivors,
-            }],
-            ..SiteSweep::default()
-        }]
-    };
-    Event::IterationEnd {
-        t_ns: iteration,
-        frame,
-        iteration,
-        duration_ns: 1,
-        live_tensors: survivors,
-        live_bytes: 64 * survivors,
-        sites,
-        roles: Vec::new(),
+    let end = iteration_end(frame, iteration).at(iteration);
+    if survivors == 0 {
+        return end.into();
     }
+    let kept = end.site(3).survivors(survivors).bytes(64 * survivors);
+    let kept = kept
+        .born(first, last)
+        .holder(HolderSpec::Unknown, survivors);
+    kept.into()
 }
 
 fn judge(events: &[Event]) -> Report {
     let mut a = Analysis::default();
-    a.apply(&site(1, "'step", SiteKind::Loop));
-    a.apply(&site(2, "", SiteKind::Loop));
-    a.apply(&site(3, "x", SiteKind::Binding));
+    a.apply(&site(1, "'step").kind(SiteKind::Loop).into());
+    a.apply(&site(2, "").kind(SiteKind::Loop).into());
+    a.apply(&site(3, "x").into());
     events.iter().for_each(|e| a.apply(e));
     a.report()
 }
@@ -87,11 +47,7 @@ fn per_parameter_state(steps: u64, per_step: impl Fn(u64) -> u64) -> Vec<Event> 
         for p in 0..4 {
             events.push(end(inner, p, p + 1, 0, p));
         }
-        events.push(Event::LoopEnd {
-            t_ns: 0,
-            frame: inner,
-            iterations: 4,
-        });
+        events.push(loop_end(inner, 4));
         let kept = per_step(step);
         let first = if kept > 4 { 0 } else { step };
         events.push(end(1, step, kept, first, step));
@@ -108,11 +64,7 @@ fn state_an_inner_loop_rebuilds_every_step_is_not_a_leak() {
     let report = judge(&per_parameter_state(6, |_| 4));
     assert!(!report.has_leaks(), "{report}");
     let mut events = per_parameter_state(6, |_| 4);
-    events.push(Event::LoopEnd {
-        t_ns: 0,
-        frame: 1,
-        iterations: 6,
-    });
+    events.push(loop_end(1, 6));
     let report = judge(&events);
     assert!(!report.has_leaks(), "{report}");
 }
@@ -144,11 +96,7 @@ fn a_bounded_queue_that_filled_late_and_drains_is_not_a_leak() {
     }
     let running = judge(&events);
     assert!(!running.has_leaks(), "{running}");
-    events.push(Event::LoopEnd {
-        t_ns: 0,
-        frame: 1,
-        iterations: counts.len() as u64,
-    });
+    events.push(loop_end(1, counts.len() as u64));
     assert!(!judge(&events).has_leaks());
 
     // A leak that keeps its latest high is still one.

@@ -3,6 +3,8 @@
 //!
 //! - [`synth`]: synthetic event logs, a training loop simulated event by event without
 //!   candle, for the renderers', the CLI's and the benchmarks' tests.
+//! - [`events`]: builders of single events (`loop_start(frame, site)`,
+//!   `iteration_end(frame, i).site(s).survivors(n)`), for the judgement's tests.
 //! - [`trace_check`]: the rules of the Chrome Trace Event format that the trace writer
 //!   follows, checked on a parsed file.
 //! - [`alloc`]: a counting global allocator, for tests and benchmarks of the tracker's own
@@ -14,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod alloc;
+pub mod events;
 pub mod synth;
 pub mod trace_check;
 

@@ -1,30 +1,40 @@
-//! From verdicts to findings: the report of a session or of all loops, which growing
-//! sites are bounded (trimmed containers, construction loops), and the kind of each
-//! finding.
+//! From verdicts to findings: which growing sites are bounded (trimmed containers,
+//! construction loops), the kind of each finding, the best verdict of each site, and the
+//! order of the report.
 
-use super::{Analysis, Judgement, Verdict};
-use crate::event::{HolderSpec, SiteNote, SiteSweep};
-use crate::report::{Finding, FindingKind, HolderKind, HolderRef, LoopSummary, Report, SiteRef};
+use super::catalog::Catalog;
+use super::verdict::{classify, Bound, Verdict};
+use crate::model::{HolderKind, HolderRef, HolderSpec, SiteNote, SiteRef, SiteSweep};
+use crate::report::{Finding, FindingKind};
 use std::collections::BTreeMap;
 
-impl Analysis {
-    /// The report of the loops of one session (a leak test), or of all.
-    pub fn report_for(&self, session: Option<u64>) -> Report {
-        let (mut best, paths) = self.best_verdicts(session);
+/// The findings of `candidates` (verdicts by site), one per site, their sites and call
+/// paths named by `catalog`; not sorted ([`sort_findings`]).
+pub(super) fn findings(catalog: &Catalog, candidates: Vec<(u32, Verdict)>) -> Vec<Finding> {
+    Assembly { catalog }.findings(candidates)
+}
+
+/// What names the sites and call paths of the findings.
+struct Assembly<'a> {
+    catalog: &'a Catalog,
+}
+
+impl Assembly<'_> {
+    fn findings(&self, candidates: Vec<(u32, Verdict)>) -> Vec<Finding> {
+        let (mut best, paths) = self.best_verdicts(candidates);
         bound_by_graph(&mut best);
         let held = fold_graph_held(&mut best);
-        let mut findings: Vec<Finding> = best
-            .into_iter()
+        best.into_iter()
             .map(|(site, (kind, verdict, bound))| {
                 let held_sites = held
                     .get(&site)
-                    .map(|v| v.iter().map(|s| self.site_ref(*s)).collect())
+                    .map(|v| v.iter().map(|s| self.catalog.site_ref(*s)).collect())
                     .unwrap_or_default();
                 let mut f = self.finding(site, kind, &verdict, held_sites, bound.as_ref());
                 // The paths of the site's other loops too: a helper called from two
                 // loops is one finding with both paths.
                 for id in paths.get(&site).into_iter().flatten() {
-                    let path = self.call_path(*id);
+                    let path = self.catalog.call_path(*id);
                     if !path.is_empty()
                         && f.call_path != path
                         && !f.other_call_paths.iter().any(|p| p == path)
@@ -34,42 +44,12 @@ impl Analysis {
                 }
                 f
             })
-            .collect();
-        if session.is_none() {
-            findings.extend(self.memory_findings.findings(|id| self.sites.get(&id)));
-        }
-        sort_findings(&mut findings);
-        let loops = self
-            .loops
-            .iter()
-            .map(|(site, l)| LoopSummary {
-                site: Some(self.site_ref(*site)),
-                ..l.clone()
-            })
-            .collect();
-        Report {
-            findings,
-            loops,
-            live_tensors: self.live_tensors,
-            live_bytes: self.live_bytes,
-            peak_live_bytes: self.peak_live_bytes,
-            sites_seen: self.born.len() as u64,
-            memory: self.memory.clone(),
-            memory_by_role: self.memory_by_role(),
-            post_mortem: self.post_mortem.clone(),
-        }
+            .collect()
     }
 
-    /// One verdict per site, of the open frames and the confirmed ones (of `session`, or
-    /// all), with its kind and its bound: the most serious kind, then the outermost loop.
-    /// Also the call paths of every candidate of each site.
-    fn best_verdicts(&self, session: Option<u64>) -> (Best, BTreeMap<u32, Vec<u32>>) {
-        let mut candidates: Vec<(u32, Verdict)> = self.frame_verdicts(session);
-        for ((s, _, site), verdict) in &self.confirmed {
-            if session.is_none_or(|want| want == *s) {
-                candidates.push((*site, verdict.clone()));
-            }
-        }
+    /// One verdict per site, with its kind and its bound: the most serious kind, then the
+    /// outermost loop. Also the call paths of every candidate of each site.
+    fn best_verdicts(&self, candidates: Vec<(u32, Verdict)>) -> (Best, BTreeMap<u32, Vec<u32>>) {
         let rank = |k: FindingKind, v: &Verdict| {
             (
                 !(v.growing || k == FindingKind::Leak),
@@ -114,7 +94,7 @@ impl Analysis {
     fn bound(&self, v: &Verdict) -> Option<Bound> {
         let top = v.series.last.holders.first().map(|h| h.holder);
         let store = match top {
-            Some(HolderSpec::Store { site }) => self.sites.get(&site),
+            Some(HolderSpec::Store { site }) => self.catalog.site(site),
             _ => None,
         };
         if let Some(info) = store {
@@ -136,19 +116,6 @@ impl Analysis {
         }
     }
 
-    fn site_ref(&self, id: u32) -> SiteRef {
-        match self.sites.get(&id) {
-            Some(info) => SiteRef::from(info),
-            None => SiteRef {
-                file: "<unknown>".into(),
-                line: 0,
-                column: 0,
-                function: String::new(),
-                label: format!("site #{id}"),
-            },
-        }
-    }
-
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
         let (kind, site) = match h {
             HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
@@ -156,7 +123,7 @@ impl Analysis {
             HolderSpec::View { site } => (HolderKind::View, Some(*site)),
             HolderSpec::Unknown => (HolderKind::Unknown, None),
         };
-        let site = site.map(|s| self.site_ref(s));
+        let site = site.map(|s| self.catalog.site_ref(s));
         HolderRef {
             kind,
             file: site.as_ref().map(|s| s.file.clone()),
@@ -190,9 +157,9 @@ impl Analysis {
         Finding {
             kind,
             growing: v.growing,
-            site: self.site_ref(site),
+            site: self.catalog.site_ref(site),
             loop_name: v.loop_name.clone(),
-            loop_site: Some(self.site_ref(v.loop_site)),
+            loop_site: Some(self.catalog.site_ref(v.loop_site)),
             iteration: v.iteration,
             survivors: last.survivors,
             iterations: last.iterations,
@@ -214,13 +181,13 @@ impl Analysis {
             call_path: last
                 .call_paths
                 .first()
-                .map(|id| self.call_path(*id).to_vec())
+                .map(|id| self.catalog.call_path(*id).to_vec())
                 .unwrap_or_default(),
             other_call_paths: last
                 .call_paths
                 .iter()
                 .skip(1)
-                .map(|id| self.call_path(*id).to_vec())
+                .map(|id| self.catalog.call_path(*id).to_vec())
                 .filter(|p| !p.is_empty())
                 .collect(),
             hint: match (bound, v.single_epoch) {
@@ -301,74 +268,10 @@ fn fold_graph_held(best: &mut Best) -> BTreeMap<u32, Vec<u32>> {
     held
 }
 
-/// Leaks first, then by severity, the most bytes first, then by place.
-fn sort_findings(findings: &mut [Finding]) {
+/// In the report's order ([`Finding::cmp_seriousness`]), then by place.
+pub(super) fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
-        (
-            !a.is_leak(),
-            a.kind.severity_rank(),
-            std::cmp::Reverse(a.bytes),
-        )
-            .cmp(&(
-                !b.is_leak(),
-                b.kind.severity_rank(),
-                std::cmp::Reverse(b.bytes),
-            ))
+        a.cmp_seriousness(b)
             .then_with(|| (&a.site.file, a.site.line).cmp(&(&b.site.file, b.site.line)))
     });
-}
-
-/// Why a growing site is bounded (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Bound {
-    /// Held by a store into a container the code trims at `line` with `call`.
-    Evicted {
-        holder: String,
-        file: String,
-        line: u32,
-        call: String,
-    },
-    /// Built by a construction loop into `holder`, which its function returns.
-    Product { holder: String },
-}
-
-impl Bound {
-    fn hint(&self) -> String {
-        match self {
-            Bound::Evicted {
-                holder,
-                file,
-                line,
-                call,
-            } => format!(
-                "bounded: `{holder}` is trimmed at {file}:{line} (`{call}`); it grows until it fills, then stays flat"
-            ),
-            Bound::Product { holder } => format!(
-                "built by a construction loop into `{holder}`, which its function returns (model state, not a leak)"
-            ),
-        }
-    }
-}
-
-pub(super) fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Option<FindingKind> {
-    let last = &v.series.last;
-    if last.survivors == 0 {
-        return None;
-    }
-    if last.graph_tensors > 0 {
-        return Some(FindingKind::GraphRetention);
-    }
-    if last.view_bytes > 0 && last.view_storage_bytes >= j.view_ratio * last.view_bytes {
-        return Some(FindingKind::ViewRetention);
-    }
-    if v.growing {
-        return Some(match bound {
-            Some(_) => FindingKind::Retained,
-            None => FindingKind::Leak,
-        });
-    }
-    if last.iterations == 1 && v.iteration.saturating_sub(last.last_iteration) >= j.k {
-        return Some(FindingKind::Retained);
-    }
-    None
 }

@@ -1,7 +1,8 @@
 //! The judgement: which tensors outlive the iteration that made them, and whether that
 //! is a leak.
 //!
-//! [`Analysis`] is a state machine over [`Event`]s. Its memory is bounded by the loop
+//! [`Analysis`] is a state machine over [`Input`]s (an [`Event`] or the tracker's
+//! per-step calls make one). Its memory is bounded by the loop
 //! frames open now and the sites seen, not by the length of the run: per (loop frame,
 //! site) it keeps a [`Series`] summary of the survivor counts, never the whole history.
 //!
@@ -46,7 +47,7 @@
 //!
 //! ## Bounded containers and construction loops
 //!
-//! Two facts the macro reads in the source ([`SiteNote`]) turn a growing site into
+//! Two facts the macro reads in the source ([`SiteNote`](crate::model::SiteNote)) turn a growing site into
 //! `retained` (growing, bounded: information, not a leak), named in its hint:
 //!
 //! - **Evicted**: the site's main holder (the holder of most of its survivors) is a store
@@ -66,154 +67,40 @@
 //!   is: its growth is confirmed per iteration of the enclosing loop, so a model rebuilt
 //!   and kept every epoch is a leak.
 
-use crate::event::{Event, MemorySample, SiteInfo, SiteNote, SiteSweep};
-use crate::fast_hash::{HashMap, SiteMap};
-use crate::memory_findings::MemoryFindings;
+use crate::event::Event;
+use crate::model::{MemorySample, SiteInfo, SiteSweep};
+use crate::post_mortem::PostMortem;
 use crate::report::{LoopSummary, Report};
 use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
 use std::collections::BTreeMap;
 
+mod catalog;
 mod findings;
-use findings::classify;
+mod frames;
+pub mod growth;
+mod input;
+mod judgement;
+pub mod memory_findings;
+pub mod ranks;
+mod series;
+mod verdict;
 
-/// The knobs of the judgement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Judgement {
-    /// Iterations at the start of each loop frame whose growth is not counted.
-    pub warmup: u64,
-    /// Growth events needed (and the recency window, at least) for a leak.
-    pub k: u64,
-    /// A survivor whose storage is at least this many times its own size is a view
-    /// retention.
-    pub view_ratio: u64,
-}
+pub use catalog::Catalog;
+pub use input::{Input, Roles};
+pub use judgement::Judgement;
+pub use series::Series;
 
-impl Default for Judgement {
-    fn default() -> Self {
-        Judgement {
-            warmup: 1,
-            k: 3,
-            view_ratio: 2,
-        }
-    }
-}
+use frames::Frames;
+use memory_findings::MemoryFindings;
 
-/// Survivor counts of one site in one loop frame, summarized.
-#[derive(Debug, Clone, Default)]
-pub struct Series {
-    /// Highest count so far and the count at the latest sweep.
-    max: u64,
-    current: u64,
-    /// Growth events and the iterations of the first and last one.
-    growth_events: u64,
-    first_growth: u64,
-    last_growth: u64,
-    /// The highest count before the latest growth event.
-    plateau: u64,
-    /// The first sweep seen, to compute bytes per iteration.
-    first: SiteSweep,
-    first_iteration: u64,
-    /// The latest sweep of this site in this frame.
-    last: SiteSweep,
-}
-
-impl Series {
-    fn observe(&mut self, iteration: u64, sweep: Option<&SiteSweep>, j: &Judgement) {
-        let count = sweep.map_or(0, |s| s.survivors);
-        if count > self.max {
-            if iteration >= j.warmup {
-                if self.growth_events == 0 {
-                    self.first_growth = iteration;
-                }
-                self.growth_events += 1;
-                self.last_growth = iteration;
-                self.plateau = self.max;
-            }
-            self.max = count;
-        }
-        self.current = count;
-        match sweep {
-            // `clone_from`: the holders' allocation is reused at every iteration end.
-            Some(s) => self.last.clone_from(s),
-            None => {
-                self.last.survivors = 0;
-                self.last.bytes = 0;
-                self.last.holders.clear();
-                self.last.graph_tensors = 0;
-                self.last.graph_bytes = 0;
-                self.last.view_bytes = 0;
-                self.last.view_storage_bytes = 0;
-            }
-        }
-    }
-
-    /// The leak rule (see the module docs) at `iteration`.
-    pub fn growing(&self, iteration: u64, j: &Judgement) -> bool {
-        // A count back at or under the level it had before the latest growth event is
-        // not growing: a bounded queue that filled late and is draining.
-        if self.growth_events < j.k.max(1) || self.current <= self.plateau {
-            return false;
-        }
-        // Saturating: a corrupt or hand-made log (iterations going backwards, near
-        // u64::MAX) must not panic the reader (tests/judgement_regressions.rs).
-        let mean_gap =
-            self.last_growth.saturating_sub(self.first_growth) / (self.growth_events - 1).max(1);
-        let window = j.k.max(mean_gap.saturating_mul(2));
-        iteration.saturating_sub(self.last_growth) < window
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Verdict {
-    judgement: Judgement,
-    session: u64,
-    loop_site: u32,
-    loop_name: String,
-    depth: u32,
-    iteration: u64,
-    running: bool,
-    series: Series,
-    growing: bool,
-    /// The returned local the loop (or its outermost loop) builds, for a construction
-    /// loop (see the module docs).
-    product: Option<String>,
-    /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
-    /// a single epoch): no later iteration could tell a leak from state filled once.
-    single_epoch: bool,
-}
-
-#[derive(Debug)]
-struct Frame {
-    site: u32,
-    name: String,
-    parent: Option<u64>,
-    depth: u32,
-    session: u64,
-    judgement: Judgement,
-    iterations: u64,
-    series: SeriesBySite,
-    /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
-    pending: Vec<(u32, Verdict)>,
-    /// An outermost frame's nested growth that outlived a warm-up iteration's end:
-    /// confirmed at its close if it never leaves the warm-up (see [`Analysis::loop_end`]).
-    warmup_growth: Vec<(u32, Verdict)>,
-    /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
-    /// that builds nothing (see the module docs).
-    product: Option<String>,
-}
-
-/// The analysis state. Feed it events with [`Analysis::apply`]; ask for a
-/// [`Report`] at any time.
+/// The analysis state. Feed it events with [`Analysis::apply`] (or inputs with
+/// [`Analysis::step`]); ask for a [`Report`] at any time.
 #[derive(Debug, Default)]
 pub struct Analysis {
-    judgement: Judgement,
-    sites: HashMap<u32, SiteInfo>,
-    frames: HashMap<u64, Frame>,
-    loops: BTreeMap<u32, LoopSummary>,
-    /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
-    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
-    /// Tensors born per site.
-    born: SiteMap<u64>,
+    /// Sites, call paths and births per site.
+    catalog: Catalog,
+    /// The loop frames, open and ended, and their verdicts.
+    frames: Frames,
     live_tensors: u64,
     live_bytes: u64,
     peak_live_bytes: u64,
@@ -222,45 +109,52 @@ pub struct Analysis {
     memory_findings: MemoryFindings,
     /// Live bytes by role at the latest iteration end and at the peak.
     memory_by_role: RoleHistory,
-    /// Call paths by id ([`Event::CallPath`]).
-    call_paths: HashMap<u32, Vec<CallFrame>>,
     /// The latest post-mortem ([`Event::PostMortem`]).
-    post_mortem: Option<Box<crate::post_mortem::PostMortem>>,
+    post_mortem: Option<Box<PostMortem>>,
 }
 
 impl Analysis {
     pub fn new(judgement: Judgement) -> Self {
         Analysis {
-            judgement,
+            frames: Frames::new(judgement),
             ..Analysis::default()
         }
     }
 
     /// The knobs in use.
     pub fn judgement(&self) -> Judgement {
-        self.judgement
+        self.frames.judgement()
     }
 
-    /// Site info by id, once declared.
-    pub fn site(&self, id: u32) -> Option<&SiteInfo> {
-        self.sites.get(&id)
+    /// What the events declared: sites, call paths, births per site.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
     }
 
-    /// Applies one event.
+    /// Applies one event (the events the judgement does not read change nothing).
     pub fn apply(&mut self, event: &Event) {
-        self.memory_findings.apply(event);
-        match event {
-            Event::Header { .. } | Event::Alias { .. } | Event::Stored { .. } => {}
-            Event::PostMortem { post_mortem, .. } => {
-                self.post_mortem = Some(post_mortem.clone());
+        if let Some(input) = Input::of(event) {
+            self.step(input);
+        }
+    }
+
+    /// The state machine's one entry: every event and every call of the tracker comes
+    /// here.
+    ///
+    /// Inlined always: the tracker's calls make an input of a known kind, and the match
+    /// on it (here and in the memory findings) then folds away, so a birth or a drop
+    /// costs what its own bookkeeping does (measured: a non-inlined entry made a drop
+    /// 25 times and a birth 2.5 times slower).
+    #[inline(always)]
+    pub fn step(&mut self, input: Input<'_>) {
+        self.memory_findings.step(&input);
+        match input {
+            Input::Site { id, info } => self.catalog.declare_site(id, info),
+            Input::CallPath { id, frames } => self.catalog.declare_call_path(id, frames),
+            Input::PostMortem(post_mortem) => {
+                self.post_mortem = Some(Box::new(post_mortem.clone()));
             }
-            Event::CallPath { id, frames } => {
-                self.call_paths.insert(*id, frames.clone());
-            }
-            Event::Site { id, info } => {
-                self.sites.insert(*id, info.clone());
-            }
-            Event::LoopStart {
+            Input::LoopStart {
                 frame,
                 site,
                 name,
@@ -268,195 +162,49 @@ impl Analysis {
                 session,
                 warmup,
                 window,
-                ..
             } => {
-                let judgement = Judgement {
-                    warmup: warmup.unwrap_or(self.judgement.warmup),
-                    k: window.unwrap_or(self.judgement.k),
-                    ..self.judgement
-                };
-                let depth = parent
-                    .and_then(|p| self.frames.get(&p))
-                    .map_or(0, |p| p.depth + 1);
-                // A construction loop is one outside any loop, or inside one.
-                let product = match parent {
-                    None => match self.sites.get(site).and_then(|s| s.note.as_ref()) {
-                        Some(SiteNote::Fills { holder }) => Some(holder.clone()),
-                        _ => None,
-                    },
-                    Some(p) => self.frames.get(p).and_then(|p| p.product.clone()),
-                };
-                self.frames.insert(
-                    *frame,
-                    Frame {
-                        site: *site,
-                        name: name.clone(),
-                        parent: *parent,
-                        depth,
-                        session: *session,
-                        judgement,
-                        iterations: 0,
-                        series: SeriesBySite::default(),
-                        pending: Vec::new(),
-                        warmup_growth: Vec::new(),
-                        product,
-                    },
-                );
-                let summary = self.loops.entry(*site).or_insert_with(|| LoopSummary {
-                    name: name.clone(),
-                    site: None,
-                    runs: 0,
-                    iterations: 0,
-                    running: 0,
-                });
-                summary.runs += 1;
-                summary.running += 1;
+                let note = self.catalog.site(site).and_then(|s| s.note.as_ref());
+                let frames = &mut self.frames;
+                frames.start(frame, site, name, parent, session, warmup, window, note);
             }
-            // Its bytes go to the memory findings (applied above); live bytes come from sweeps.
-            Event::Born { site, .. } => self.note_born(*site),
-            Event::Dropped { .. } => self.note_dropped(),
-            Event::IterationEnd {
+            // Its bytes go to the memory findings (above); live bytes come from sweeps,
+            // which count each storage once.
+            Input::Born { site, dropped, .. } => {
+                self.catalog.born(site);
+                if !dropped {
+                    // Saturating: `live_tensors` comes from the log's sweeps, which a
+                    // corrupt log may set to anything.
+                    self.live_tensors = self.live_tensors.saturating_add(1);
+                }
+            }
+            Input::Dropped => self.live_tensors = self.live_tensors.saturating_sub(1),
+            Input::IterationEnd {
                 frame,
                 iteration,
                 live_tensors,
                 live_bytes,
                 sites,
                 roles,
-                ..
             } => {
-                self.memory_by_role.note(roles);
-                self.iteration_end(*frame, *iteration, *live_tensors, *live_bytes, sites)
-            }
-            Event::LoopEnd { frame, .. } => self.loop_end(*frame),
-            Event::Memory { device, sample, .. } => {
-                self.memory.insert(device.clone(), sample.clone());
-            }
-        }
-    }
-
-    fn iteration_end(
-        &mut self,
-        frame_id: u64,
-        iteration: u64,
-        live_tensors: u64,
-        live_bytes: u64,
-        sites: &[SiteSweep],
-    ) {
-        self.live_tensors = live_tensors;
-        self.live_bytes = live_bytes;
-        self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
-        let Some(frame) = self.frames.get_mut(&frame_id) else {
-            return;
-        };
-        let j = frame.judgement;
-        frame.iterations = frame.iterations.max(iteration.saturating_add(1));
-        let by_site = SiteLookup::new(sites);
-        for s in sites {
-            frame.series.insert_with(s.site, || Series {
-                first_iteration: iteration,
-                first: s.clone(),
-                ..Series::default()
-            });
-        }
-        // This level's highs before this iteration, for the growth of nested frames.
-        let highs: Option<HashMap<u32, u64>> = (!frame.pending.is_empty()).then(|| {
-            frame
-                .pending
-                .iter()
-                .map(|(site, _)| (*site, frame.series.get(*site).map_or(0, |s| s.max)))
-                .collect()
-        });
-        for (site, series) in frame.series.0.iter_mut() {
-            series.observe(iteration, by_site.get(*site), &j);
-        }
-        // Growth of nested frames that ended: confirmed if it makes a new high at this
-        // level too. Growth released by this iteration's end (per-epoch accumulation), or
-        // rebuilt to the same height each iteration (state that an inner loop over the
-        // parameters replaces every step), is bounded: not confirmed, and an earlier
-        // confirmation of it is withdrawn.
-        if let Some(highs) = highs {
-            for (site, mut verdict) in std::mem::take(&mut frame.pending) {
-                let key = (verdict.session, verdict.loop_site, site);
-                let survivors = by_site.get(site).map_or(0, |s| s.survivors);
-                // Not in the warm-up iteration: state created once, lazily, in the first
-                // iteration (optimizer buffers) makes its only high there.
-                let new_high = survivors > highs.get(&site).copied().unwrap_or(0);
-                if iteration >= j.warmup && new_high {
-                    verdict.running = false;
-                    self.confirmed.insert(key, verdict);
-                } else {
-                    self.confirmed.remove(&key);
-                    // Kept past the end of a warm-up iteration of an outermost loop: a
-                    // leak if that loop never runs another iteration to tell.
-                    if iteration < j.warmup && new_high && frame.parent.is_none() {
-                        verdict.running = false;
-                        verdict.single_epoch = true;
-                        let loop_site = verdict.loop_site;
-                        frame
-                            .warmup_growth
-                            .retain(|(s, v)| *s != site || v.loop_site != loop_site);
-                        frame.warmup_growth.push((site, verdict));
-                    }
+                match roles {
+                    Roles::Copied(roles) => self.memory_by_role.note(roles),
+                    Roles::Taken(roles) => self.memory_by_role.note_owned(roles),
                 }
+                self.live_tensors = live_tensors;
+                self.live_bytes = live_bytes;
+                self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
+                self.frames.iteration_end(frame, iteration, sites);
             }
-        }
-        if let Some(summary) = self.loops.get_mut(&frame.site) {
-            summary.iterations += 1;
-        }
-    }
-
-    fn loop_end(&mut self, frame_id: u64) {
-        let Some(frame) = self.frames.remove(&frame_id) else {
-            return;
-        };
-        if let Some(summary) = self.loops.get_mut(&frame.site) {
-            summary.running = summary.running.saturating_sub(1);
-        }
-        let j = frame.judgement;
-        let last_iteration = frame.iterations.saturating_sub(1);
-        // An outermost loop that ended within its warm-up (one epoch): the growth of its
-        // nested loops that outlived that iteration is confirmed now, said to be seen in
-        // a single epoch (a cache filled once looks the same).
-        if frame.parent.is_none() && frame.iterations <= j.warmup {
-            for (site, verdict) in frame.warmup_growth {
-                let key = (verdict.session, verdict.loop_site, site);
-                self.confirmed.insert(key, verdict);
-            }
-        }
-        let parent = frame.parent.and_then(|p| self.frames.get_mut(&p));
-        let mut parent = parent;
-        for (site, series) in frame.series.0 {
-            let growing = series.growing(last_iteration, &j);
-            let verdict = Verdict {
-                judgement: j,
-                session: frame.session,
-                loop_site: frame.site,
-                loop_name: frame.name.clone(),
-                depth: frame.depth,
-                iteration: last_iteration,
-                running: false,
-                growing,
-                series,
-                product: frame.product.clone(),
-                single_epoch: false,
-            };
-            let key = (frame.session, frame.site, site);
-            if classify(&verdict, &j, None).is_none() {
-                self.confirmed.remove(&key);
-                continue;
-            }
-            match parent.as_deref_mut() {
-                Some(p) if growing => p.pending.push((site, verdict)),
-                _ => {
-                    self.confirmed.insert(key, verdict);
-                }
+            Input::LoopEnd { frame } => self.frames.end(frame),
+            Input::Memory { device, sample } => {
+                self.memory.insert(device.to_string(), sample.clone());
             }
         }
     }
 
-    /// An iteration end (what [`Event::IterationEnd`] does, without building the event):
-    /// `sites` are its sweep's survivors by site, `roles` its split by role (taken: it
-    /// holds the previous iteration end's split afterwards, to be overwritten).
+    /// An iteration end, without building the event ([`Input::IterationEnd`]): `sites`
+    /// are its sweep's survivors by site, `roles` its split by role (taken: it holds the
+    /// previous iteration end's split afterwards, to be overwritten).
     pub fn note_iteration_end(
         &mut self,
         frame: u64,
@@ -466,94 +214,75 @@ impl Analysis {
         sites: &[SiteSweep],
         roles: &mut Vec<RoleBytes>,
     ) {
-        self.memory_findings.iteration_end(frame);
-        self.memory_by_role.note_owned(roles);
-        self.iteration_end(frame, iteration, live_tensors, live_bytes, sites);
+        self.step(Input::IterationEnd {
+            frame,
+            iteration,
+            live_tensors,
+            live_bytes,
+            sites,
+            roles: Roles::Taken(roles),
+        });
     }
 
-    /// Counts a live tensor born at `site`.
-    ///
-    /// Live bytes and their peak come only from sweeps ([`Event::IterationEnd`]), which
-    /// count each storage once, so a birth's bytes are not counted here; the memory
-    /// findings take them ([`Analysis::note_born_at`], or [`Analysis::apply`] with the
-    /// [`Event::Born`]).
-    #[inline]
-    pub fn note_born(&mut self, site: u32) {
-        *self.born.get_or_default(site) += 1;
-        // Saturating: `live_tensors` comes from the log's sweeps, which a corrupt log may
-        // set to anything.
-        self.live_tensors = self.live_tensors.saturating_add(1);
-    }
-
-    /// A birth with what the memory findings need (what [`Event::Born`] does, without
-    /// building the event): `bytes` is the tensor's own size
-    /// ([`crate::memory_findings::own_bytes`]).
+    /// A birth, without building the event ([`Input::Born`]): `bytes` is the tensor's
+    /// own size ([`memory_findings::own_bytes`]).
     #[inline]
     pub fn note_born_at(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
-        self.note_born(site);
-        self.memory_findings
-            .born(site, frame, iteration, bytes, None);
+        self.note_birth(site, frame, iteration, bytes, false);
     }
 
-    /// A birth and its drop together ([`Analysis::note_born_at`] then
-    /// [`Analysis::note_dropped`]), for a tensor found dead when first seen.
+    /// A birth and its drop together, for a tensor found dead when first seen
+    /// ([`Input::Born`] with `dropped`).
     #[inline]
     pub fn note_born_dropped(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
-        *self.born.get_or_default(site) += 1;
-        self.memory_findings
-            .born(site, frame, iteration, bytes, None);
+        self.note_birth(site, frame, iteration, bytes, true);
+    }
+
+    #[inline]
+    fn note_birth(
+        &mut self,
+        site: u32,
+        frame: Option<u64>,
+        iteration: u64,
+        bytes: u64,
+        dropped: bool,
+    ) {
+        let shape = None;
+        self.step(Input::Born {
+            site,
+            frame,
+            iteration,
+            bytes,
+            shape,
+            dropped,
+        });
+    }
+
+    /// Counts a tensor found dropped ([`Input::Dropped`]).
+    #[inline]
+    pub fn note_dropped(&mut self) {
+        self.step(Input::Dropped);
     }
 
     /// The iterations of open loop frame `frame` that have ended (the index of the one
     /// running now), or `None` when no such frame is open.
     pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
-        self.frames.get(&frame).map(|f| f.iterations)
+        self.frames.iterations_ended(frame)
     }
 
-    /// Tensors born at `site` so far.
+    /// Site info by id, once declared ([`Catalog::site`]).
+    pub fn site(&self, id: u32) -> Option<&SiteInfo> {
+        self.catalog.site(id)
+    }
+
+    /// Tensors born at `site` so far ([`Catalog::births`]).
     pub fn births(&self, site: u32) -> u64 {
-        self.born.get(site).copied().unwrap_or(0)
+        self.catalog.births(site)
     }
 
-    /// Counts a tensor found dropped (what [`Event::Dropped`] does).
-    #[inline]
-    pub fn note_dropped(&mut self) {
-        self.live_tensors = self.live_tensors.saturating_sub(1);
-    }
-
-    fn frame_verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
-        let mut out = Vec::new();
-        for frame in self.frames.values() {
-            if session.is_some_and(|s| frame.session != s) {
-                continue;
-            }
-            let iteration = frame.iterations.saturating_sub(1);
-            let j = frame.judgement;
-            for (site, series) in &frame.series.0 {
-                out.push((
-                    *site,
-                    Verdict {
-                        session: frame.session,
-                        loop_site: frame.site,
-                        loop_name: frame.name.clone(),
-                        depth: frame.depth,
-                        iteration,
-                        running: true,
-                        growing: series.growing(iteration, &j),
-                        judgement: j,
-                        series: series.clone(),
-                        product: frame.product.clone(),
-                        single_epoch: false,
-                    },
-                ));
-            }
-        }
-        out
-    }
-
-    /// The frames of call path `id`, outermost first (empty when not declared).
+    /// The frames of call path `id`, outermost first ([`Catalog::call_path`]).
     pub fn call_path(&self, id: u32) -> &[CallFrame] {
-        self.call_paths.get(&id).map_or(&[], |v| v.as_slice())
+        self.catalog.call_path(id)
     }
 
     /// Live bytes by role, now and at the peak.
@@ -570,55 +299,33 @@ impl Analysis {
     pub fn report(&self) -> Report {
         self.report_for(None)
     }
-}
 
-/// An iteration end's summaries by site. The tracker writes them sorted by site (looked
-/// up by binary search, nothing built); a log written otherwise gets a map.
-/// The series of one frame, sorted by site: an iteration end walks them all, and finds or
-/// adds a handful by binary search (no hashing on the per-iteration path).
-#[derive(Debug, Default)]
-struct SeriesBySite(Vec<(u32, Series)>);
-
-impl SeriesBySite {
-    fn get(&self, site: u32) -> Option<&Series> {
-        self.0
-            .binary_search_by_key(&site, |(s, _)| *s)
-            .ok()
-            .map(|i| &self.0[i].1)
-    }
-
-    /// Adds `site`'s series made by `make` if it has none.
-    fn insert_with(&mut self, site: u32, make: impl FnOnce() -> Series) {
-        if let Err(i) = self.0.binary_search_by_key(&site, |(s, _)| *s) {
-            self.0.insert(i, (site, make()));
+    /// The report of the loops of one session (a leak test), or of all.
+    pub fn report_for(&self, session: Option<u64>) -> Report {
+        let mut findings = findings::findings(&self.catalog, self.frames.verdicts(session));
+        if session.is_none() {
+            findings.extend(self.memory_findings.findings(|id| self.catalog.site(id)));
+        }
+        findings::sort_findings(&mut findings);
+        let loops = self
+            .frames
+            .loops()
+            .iter()
+            .map(|(site, l)| LoopSummary {
+                site: Some(self.catalog.site_ref(*site)),
+                ..l.clone()
+            })
+            .collect();
+        Report {
+            findings,
+            loops,
+            live_tensors: self.live_tensors,
+            live_bytes: self.live_bytes,
+            peak_live_bytes: self.peak_live_bytes,
+            sites_seen: self.catalog.sites_seen(),
+            memory: self.memory.clone(),
+            memory_by_role: self.memory_by_role(),
+            post_mortem: self.post_mortem.clone(),
         }
     }
 }
-
-enum SiteLookup<'a> {
-    Sorted(&'a [SiteSweep]),
-    Map(HashMap<u32, &'a SiteSweep>),
-}
-
-impl<'a> SiteLookup<'a> {
-    fn new(sites: &'a [SiteSweep]) -> Self {
-        if sites.is_sorted_by_key(|s| s.site) {
-            SiteLookup::Sorted(sites)
-        } else {
-            SiteLookup::Map(sites.iter().map(|s| (s.site, s)).collect())
-        }
-    }
-
-    fn get(&self, site: u32) -> Option<&'a SiteSweep> {
-        match self {
-            SiteLookup::Sorted(sites) => sites
-                .binary_search_by_key(&site, |s| s.site)
-                .ok()
-                .map(|i| &sites[i]),
-            SiteLookup::Map(map) => map.get(&site).copied(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -39,6 +39,8 @@
 //! within the iteration was alive at its peak), and `temporary` says how much of that
 //! was temporary (a part of the other roles, not added to them).
 
+use super::is_zero;
+use crate::size::{format_bytes, group_digits};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -120,10 +122,6 @@ pub struct RoleBytes {
     pub temporary_bytes: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub temporary_tensors: u64,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
 }
 
 /// Bytes and tensors of one role.
@@ -250,8 +248,8 @@ impl fmt::Display for RoleSplit {
             write!(
                 f,
                 "{role} {} ({})",
-                crate::size::format_bytes(a.bytes),
-                crate::size::group_digits(a.tensors)
+                format_bytes(a.bytes),
+                group_digits(a.tensors)
             )?;
         }
         if first {
@@ -385,57 +383,5 @@ mod tests {
         let json = serde_json::to_value(m).unwrap();
         assert_eq!(json["peak"]["parameter"]["bytes"], 100);
         assert_eq!(m.now.to_string(), "parameter 100 B (2), temporary 40 B (4)");
-    }
-}
-
-#[cfg(test)]
-mod render_tests {
-    use crate::event::Event;
-
-    fn end(roles: &str) -> String {
-        format!(
-            r#"{{"event":"iteration_end","t_ns":5,"frame":1,"iteration":0,"duration_ns":1,"live_tensors":2,"live_bytes":300{roles}}}"#
-        )
-    }
-
-    #[test]
-    fn an_older_iteration_end_reads_without_roles() {
-        let e: Event = serde_json::from_str(&end("")).unwrap();
-        let Event::IterationEnd { roles, .. } = &e else {
-            panic!("{e:?}")
-        };
-        assert!(roles.is_empty());
-    }
-
-    #[test]
-    fn roles_reach_the_html_and_the_trace() {
-        let line = end(
-            r#","roles":[{"role":"parameter","bytes":200,"tensors":1},{"role":"activation","bytes":100,"tensors":1,"temporary_bytes":64,"temporary_tensors":2}]"#,
-        );
-        let e: Event = serde_json::from_str(&line).unwrap();
-        let mut text = Vec::new();
-        e.write_line(&mut text).unwrap();
-        assert_eq!(serde_json::from_slice::<Event>(&text).unwrap(), e);
-
-        let mut analysis = crate::Analysis::default();
-        analysis.apply(&e);
-        let report = analysis.report();
-        assert_eq!(report.memory_by_role.now.parameter.bytes, 200);
-        assert_eq!(report.memory_by_role.peak.activation.bytes, 164);
-        assert!(report
-            .to_string()
-            .contains("memory by role now: parameter 200 B (1)"));
-
-        let mut timeline = crate::TimelineBuilder::new(64);
-        timeline.apply(&e);
-        let page = crate::html::render(&timeline.finish(), &report, &Default::default());
-        assert!(page.contains("id=\"roles\""), "no role chart");
-        assert!(page.contains("Live bytes by role"));
-
-        let mut trace = crate::trace::TraceWriter::new(Vec::new(), &[]).unwrap();
-        trace.apply(&e).unwrap();
-        let out = String::from_utf8(trace.finish().unwrap()).unwrap();
-        assert!(out.contains("bytes: parameter"), "{out}");
-        assert!(out.contains("bytes: temporary"), "{out}");
     }
 }

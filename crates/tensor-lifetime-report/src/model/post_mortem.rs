@@ -5,9 +5,8 @@
 //! The tracker fills it (`tensor_lifetime::post_mortem()`); this crate gives it its JSON
 //! shape (also the `post_mortem` event of the log) and its text.
 
-use crate::event::MemorySample;
-use crate::report::{HolderRef, SiteRef};
-use crate::roles::{format_call_path, CallFrame, Role, RoleSplit};
+use super::roles::{format_call_path, CallFrame, Role, RoleSplit};
+use super::{HolderRef, MemorySample, SiteRef};
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};

@@ -324,9 +324,8 @@ impl Merge {
         let mut findings: Vec<RankedFinding> = merged.into_values().collect();
         findings.extend(divergences(&self.ranks, world_size));
         findings.sort_by(|a, b| {
-            (b.finding.is_leak(), a.finding.kind.severity_rank())
-                .cmp(&(a.finding.is_leak(), b.finding.kind.severity_rank()))
-                .then(b.finding.bytes.cmp(&a.finding.bytes))
+            a.finding
+                .cmp_seriousness(&b.finding)
                 .then(a.ranks.cmp(&b.ranks))
         });
         Ok(MergedReport {

@@ -1,0 +1,258 @@
+//! Loop frames: a frame's series by site while it runs, and its verdicts when it ends
+//! (confirmed, or waiting for the enclosing frame's iteration end; see the module docs of
+//! [`super`]). [`Frames`] owns them all, and the loops' summaries.
+
+use super::judgement::Judgement;
+use super::series::{Series, SeriesBySite, SiteLookup};
+use super::verdict::{classify, Verdict};
+use crate::fast_hash::HashMap;
+use crate::model::{SiteNote, SiteSweep};
+use crate::report::LoopSummary;
+use std::collections::BTreeMap;
+
+/// The open frames, the verdicts of ended ones, and every loop's summary.
+#[derive(Debug, Default)]
+pub(super) struct Frames {
+    /// The knobs, before a frame's own overrides (leak-test options).
+    judgement: Judgement,
+    open: HashMap<u64, Frame>,
+    loops: BTreeMap<u32, LoopSummary>,
+    /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
+    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
+}
+
+/// One run of a loop, open.
+#[derive(Debug)]
+struct Frame {
+    site: u32,
+    name: String,
+    parent: Option<u64>,
+    depth: u32,
+    session: u64,
+    judgement: Judgement,
+    iterations: u64,
+    series: SeriesBySite,
+    /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
+    pending: Vec<(u32, Verdict)>,
+    /// An outermost frame's nested growth that outlived a warm-up iteration's end:
+    /// confirmed at its close if it never leaves the warm-up (see [`Frames::end`]).
+    warmup_growth: Vec<(u32, Verdict)>,
+    /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
+    /// that builds nothing (see the module docs of `analysis`).
+    product: Option<String>,
+}
+
+impl Frame {
+    /// The verdict of `site`'s `series` in this frame at its latest iteration end.
+    fn verdict(&self, series: Series, running: bool) -> Verdict {
+        let iteration = self.iterations.saturating_sub(1);
+        Verdict {
+            judgement: self.judgement,
+            session: self.session,
+            loop_site: self.site,
+            loop_name: self.name.clone(),
+            depth: self.depth,
+            iteration,
+            running,
+            growing: series.growing(iteration, &self.judgement),
+            series,
+            product: self.product.clone(),
+            single_epoch: false,
+        }
+    }
+}
+
+impl Frames {
+    pub(super) fn new(judgement: Judgement) -> Self {
+        Frames {
+            judgement,
+            ..Frames::default()
+        }
+    }
+
+    /// The knobs in use.
+    pub(super) fn judgement(&self) -> Judgement {
+        self.judgement
+    }
+
+    /// The iterations of open frame `frame` that have ended.
+    pub(super) fn iterations_ended(&self, frame: u64) -> Option<u64> {
+        self.open.get(&frame).map(|f| f.iterations)
+    }
+
+    /// Every loop's summary, by loop site.
+    pub(super) fn loops(&self) -> &BTreeMap<u32, LoopSummary> {
+        &self.loops
+    }
+
+    /// A frame opened: `note` is its loop site's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        &mut self,
+        frame: u64,
+        site: u32,
+        name: &str,
+        parent: Option<u64>,
+        session: u64,
+        warmup: Option<u64>,
+        window: Option<u64>,
+        note: Option<&SiteNote>,
+    ) {
+        let judgement = Judgement {
+            warmup: warmup.unwrap_or(self.judgement.warmup),
+            k: window.unwrap_or(self.judgement.k),
+            ..self.judgement
+        };
+        let depth = parent
+            .and_then(|p| self.open.get(&p))
+            .map_or(0, |p| p.depth + 1);
+        // A construction loop is one outside any loop, or inside one.
+        let product = match parent {
+            None => match note {
+                Some(SiteNote::Fills { holder }) => Some(holder.clone()),
+                _ => None,
+            },
+            Some(p) => self.open.get(&p).and_then(|p| p.product.clone()),
+        };
+        self.open.insert(
+            frame,
+            Frame {
+                site,
+                name: name.to_string(),
+                parent,
+                depth,
+                session,
+                judgement,
+                iterations: 0,
+                series: SeriesBySite::default(),
+                pending: Vec::new(),
+                warmup_growth: Vec::new(),
+                product,
+            },
+        );
+        let summary = self.loops.entry(site).or_insert_with(|| LoopSummary {
+            name: name.to_string(),
+            site: None,
+            runs: 0,
+            iterations: 0,
+            running: 0,
+        });
+        summary.runs += 1;
+        summary.running += 1;
+    }
+
+    /// An iteration of `frame_id` ended; `sites` are its survivors by site.
+    pub(super) fn iteration_end(&mut self, frame_id: u64, iteration: u64, sites: &[SiteSweep]) {
+        let Some(frame) = self.open.get_mut(&frame_id) else {
+            return;
+        };
+        let j = frame.judgement;
+        frame.iterations = frame.iterations.max(iteration.saturating_add(1));
+        let by_site = SiteLookup::new(sites);
+        for s in sites {
+            frame
+                .series
+                .insert_with(s.site, || Series::starting(iteration, s));
+        }
+        // This level's highs before this iteration, for the growth of nested frames.
+        let highs: Option<HashMap<u32, u64>> = (!frame.pending.is_empty()).then(|| {
+            frame
+                .pending
+                .iter()
+                .map(|(site, _)| (*site, frame.series.get(*site).map_or(0, |s| s.max)))
+                .collect()
+        });
+        for (site, series) in frame.series.0.iter_mut() {
+            series.observe(iteration, by_site.get(*site), &j);
+        }
+        // Growth of nested frames that ended: confirmed if it makes a new high at this
+        // level too. Growth released by this iteration's end (per-epoch accumulation), or
+        // rebuilt to the same height each iteration (state that an inner loop over the
+        // parameters replaces every step), is bounded: not confirmed, and an earlier
+        // confirmation of it is withdrawn.
+        if let Some(highs) = highs {
+            for (site, mut verdict) in std::mem::take(&mut frame.pending) {
+                let key = (verdict.session, verdict.loop_site, site);
+                let survivors = by_site.get(site).map_or(0, |s| s.survivors);
+                // Not in the warm-up iteration: state created once, lazily, in the first
+                // iteration (optimizer buffers) makes its only high there.
+                let new_high = survivors > highs.get(&site).copied().unwrap_or(0);
+                if iteration >= j.warmup && new_high {
+                    verdict.running = false;
+                    self.confirmed.insert(key, verdict);
+                } else {
+                    self.confirmed.remove(&key);
+                    // Kept past the end of a warm-up iteration of an outermost loop: a
+                    // leak if that loop never runs another iteration to tell.
+                    if iteration < j.warmup && new_high && frame.parent.is_none() {
+                        verdict.running = false;
+                        verdict.single_epoch = true;
+                        let loop_site = verdict.loop_site;
+                        frame
+                            .warmup_growth
+                            .retain(|(s, v)| *s != site || v.loop_site != loop_site);
+                        frame.warmup_growth.push((site, verdict));
+                    }
+                }
+            }
+        }
+        if let Some(summary) = self.loops.get_mut(&frame.site) {
+            summary.iterations += 1;
+        }
+    }
+
+    /// A frame closed.
+    pub(super) fn end(&mut self, frame_id: u64) {
+        let Some(mut frame) = self.open.remove(&frame_id) else {
+            return;
+        };
+        if let Some(summary) = self.loops.get_mut(&frame.site) {
+            summary.running = summary.running.saturating_sub(1);
+        }
+        let j = frame.judgement;
+        // An outermost loop that ended within its warm-up (one epoch): the growth of its
+        // nested loops that outlived that iteration is confirmed now, said to be seen in
+        // a single epoch (a cache filled once looks the same).
+        if frame.parent.is_none() && frame.iterations <= j.warmup {
+            for (site, verdict) in std::mem::take(&mut frame.warmup_growth) {
+                let key = (verdict.session, verdict.loop_site, site);
+                self.confirmed.insert(key, verdict);
+            }
+        }
+        let mut parent = frame.parent.and_then(|p| self.open.get_mut(&p));
+        for (site, series) in std::mem::take(&mut frame.series.0) {
+            let verdict = frame.verdict(series, false);
+            let key = (frame.session, frame.site, site);
+            if classify(&verdict, &j, None).is_none() {
+                self.confirmed.remove(&key);
+                continue;
+            }
+            match parent.as_deref_mut() {
+                Some(p) if verdict.growing => p.pending.push((site, verdict)),
+                _ => {
+                    self.confirmed.insert(key, verdict);
+                }
+            }
+        }
+    }
+
+    /// The verdicts of `session` (or all) by site: the open frames' first, then the
+    /// confirmed ones.
+    pub(super) fn verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
+        let mut out = Vec::new();
+        for frame in self.open.values() {
+            if session.is_some_and(|s| frame.session != s) {
+                continue;
+            }
+            for (site, series) in &frame.series.0 {
+                out.push((*site, frame.verdict(series.clone(), true)));
+            }
+        }
+        for ((s, _, site), verdict) in &self.confirmed {
+            if session.is_none_or(|want| want == *s) {
+                out.push((*site, verdict.clone()));
+            }
+        }
+        out
+    }
+}

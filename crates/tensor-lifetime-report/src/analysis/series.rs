@@ -1,0 +1,116 @@
+//! The survivor counts of one site in one loop frame, summarized ([`Series`]), the series
+//! of a frame by site, and an iteration end's sweeps looked up by site.
+
+use super::growth::{Growth, Window};
+use super::judgement::Judgement;
+use crate::fast_hash::HashMap;
+use crate::model::SiteSweep;
+
+/// Survivor counts of one site in one loop frame, summarized.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    /// Highest count so far and the count at the latest sweep.
+    pub(super) max: u64,
+    current: u64,
+    /// The growth events: iterations after the warm-up whose count made a new high.
+    growth: Growth,
+    /// The highest count before the latest growth event.
+    plateau: u64,
+    /// The first sweep seen, to compute bytes per iteration.
+    pub(super) first: SiteSweep,
+    pub(super) first_iteration: u64,
+    /// The latest sweep of this site in this frame.
+    pub(super) last: SiteSweep,
+}
+
+impl Series {
+    /// A series whose first sweep is `first`, at `iteration`.
+    pub(super) fn starting(iteration: u64, first: &SiteSweep) -> Series {
+        Series {
+            first_iteration: iteration,
+            first: first.clone(),
+            ..Series::default()
+        }
+    }
+
+    pub(super) fn observe(&mut self, iteration: u64, sweep: Option<&SiteSweep>, j: &Judgement) {
+        let count = sweep.map_or(0, |s| s.survivors);
+        if count > self.max {
+            if iteration >= j.warmup {
+                self.growth.event(iteration);
+                self.plateau = self.max;
+            }
+            self.max = count;
+        }
+        self.current = count;
+        match sweep {
+            // `clone_from`: the holders' allocation is reused at every iteration end.
+            Some(s) => self.last.clone_from(s),
+            None => {
+                self.last.survivors = 0;
+                self.last.bytes = 0;
+                self.last.holders.clear();
+                self.last.graph_tensors = 0;
+                self.last.graph_bytes = 0;
+                self.last.view_bytes = 0;
+                self.last.view_storage_bytes = 0;
+            }
+        }
+    }
+
+    /// The leak rule (see the module docs of [`super`] and [`super::growth`]) at
+    /// `iteration`.
+    pub fn growing(&self, iteration: u64, j: &Judgement) -> bool {
+        // A count back at or under the level it had before the latest growth event is
+        // not growing: a bounded queue that filled late and is draining.
+        self.current > self.plateau && self.growth.holds(iteration, j.k, Window::MeanGap)
+    }
+}
+
+/// The series of one frame, sorted by site: an iteration end walks them all, and finds or
+/// adds a handful by binary search (no hashing on the per-iteration path).
+#[derive(Debug, Default)]
+pub(super) struct SeriesBySite(pub(super) Vec<(u32, Series)>);
+
+impl SeriesBySite {
+    pub(super) fn get(&self, site: u32) -> Option<&Series> {
+        self.0
+            .binary_search_by_key(&site, |(s, _)| *s)
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    /// Adds `site`'s series made by `make` if it has none.
+    pub(super) fn insert_with(&mut self, site: u32, make: impl FnOnce() -> Series) {
+        if let Err(i) = self.0.binary_search_by_key(&site, |(s, _)| *s) {
+            self.0.insert(i, (site, make()));
+        }
+    }
+}
+
+/// An iteration end's summaries by site. The tracker writes them sorted by site (looked
+/// up by binary search, nothing built); a log written otherwise gets a map.
+pub(super) enum SiteLookup<'a> {
+    Sorted(&'a [SiteSweep]),
+    Map(HashMap<u32, &'a SiteSweep>),
+}
+
+impl<'a> SiteLookup<'a> {
+    pub(super) fn new(sites: &'a [SiteSweep]) -> Self {
+        if sites.is_sorted_by_key(|s| s.site) {
+            SiteLookup::Sorted(sites)
+        } else {
+            SiteLookup::Map(sites.iter().map(|s| (s.site, s)).collect())
+        }
+    }
+
+    pub(super) fn get(&self, site: u32) -> Option<&'a SiteSweep> {
+        match self {
+            SiteLookup::Sorted(sites) => sites
+                .binary_search_by_key(&site, |s| s.site)
+                .ok()
+                .map(|i| &sites[i]),
+            SiteLookup::Map(map) => map.get(&site).copied(),
+        }
+    }
+}

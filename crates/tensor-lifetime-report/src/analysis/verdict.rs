@@ -1,0 +1,81 @@
+//! A verdict: the judgement of one site in one loop frame (its series and where it
+//! stands), what bounds its growth, and the kind of finding it makes.
+
+use super::judgement::Judgement;
+use super::series::Series;
+use crate::report::FindingKind;
+
+/// The judgement of one site in one frame: its series and where it stands.
+#[derive(Debug, Clone)]
+pub(super) struct Verdict {
+    pub(super) judgement: Judgement,
+    pub(super) session: u64,
+    pub(super) loop_site: u32,
+    pub(super) loop_name: String,
+    pub(super) depth: u32,
+    pub(super) iteration: u64,
+    pub(super) running: bool,
+    pub(super) series: Series,
+    pub(super) growing: bool,
+    /// The returned local the loop (or its outermost loop) builds, for a construction
+    /// loop (see the module docs of `analysis`).
+    pub(super) product: Option<String>,
+    /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
+    /// a single epoch): no later iteration could tell a leak from state filled once.
+    pub(super) single_epoch: bool,
+}
+
+/// Why a growing site is bounded (see the module docs of `analysis`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// Held by a store into a container the code trims at `line` with `call`.
+    Evicted {
+        holder: String,
+        file: String,
+        line: u32,
+        call: String,
+    },
+    /// Built by a construction loop into `holder`, which its function returns.
+    Product { holder: String },
+}
+
+impl Bound {
+    pub(super) fn hint(&self) -> String {
+        match self {
+            Bound::Evicted {
+                holder,
+                file,
+                line,
+                call,
+            } => format!(
+                "bounded: `{holder}` is trimmed at {file}:{line} (`{call}`); it grows until it fills, then stays flat"
+            ),
+            Bound::Product { holder } => format!(
+                "built by a construction loop into `{holder}`, which its function returns (model state, not a leak)"
+            ),
+        }
+    }
+}
+
+pub(super) fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Option<FindingKind> {
+    let last = &v.series.last;
+    if last.survivors == 0 {
+        return None;
+    }
+    if last.graph_tensors > 0 {
+        return Some(FindingKind::GraphRetention);
+    }
+    if last.view_bytes > 0 && last.view_storage_bytes >= j.view_ratio * last.view_bytes {
+        return Some(FindingKind::ViewRetention);
+    }
+    if v.growing {
+        return Some(match bound {
+            Some(_) => FindingKind::Retained,
+            None => FindingKind::Leak,
+        });
+    }
+    if last.iterations == 1 && v.iteration.saturating_sub(last.last_iteration) >= j.k {
+        return Some(FindingKind::Retained);
+    }
+    None
+}

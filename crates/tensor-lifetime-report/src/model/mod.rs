@@ -1,0 +1,24 @@
+//! The plain data every layer above shares: sites, holders, an iteration end's sweep of
+//! one site, memory samples, a tensor's own size, roles and call paths, and the
+//! post-mortem.
+//!
+//! Nothing here reads events or judges: the events (`event`) carry these values, the
+//! analysis reads them and the report shows them. Each type's JSON shape is fixed here
+//! (the event log's and the report's fields, `docs/event-log.md`).
+
+mod dtype;
+mod holder;
+pub mod post_mortem;
+pub mod roles;
+mod site;
+mod sweep;
+
+pub use dtype::own_bytes;
+pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
+pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
+pub use sweep::{MemorySample, SiteSweep};
+
+/// `skip_serializing_if` of the counts that a log leaves out when zero.
+pub(crate) fn is_zero(v: &u64) -> bool {
+    *v == 0
+}

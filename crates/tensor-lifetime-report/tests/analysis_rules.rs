@@ -1,0 +1,192 @@
+//! The judgement's rules (`analysis` module docs) on hand-made event sequences.
+
+use tensor_lifetime_report::event::HolderSpec;
+use tensor_lifetime_report::report::FindingKind;
+use tensor_lifetime_report::Analysis;
+use tensor_lifetime_test_support::events::{iteration_end, loop_end, loop_start, site};
+
+/// Runs one loop frame whose site 1 has `counts[i]` survivors after iteration `i`.
+fn run(counts: &[u64]) -> Analysis {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "t").into());
+    a.apply(&loop_start(1, 0).into());
+    for (i, &c) in (0..).zip(counts) {
+        let end = match c {
+            0 => iteration_end(1, i),
+            _ => iteration_end(1, i).site(1).survivors(c).born(0, i),
+        };
+        a.apply(&end.into());
+    }
+    a
+}
+
+fn kinds(a: &Analysis) -> Vec<(FindingKind, bool)> {
+    a.report()
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.is_leak()))
+        .collect()
+}
+
+#[test]
+fn steady_growth_is_a_leak_after_warmup_and_k() {
+    assert!(kinds(&run(&[1, 2, 3])).is_empty(), "only 2 growth events");
+    let a = run(&[1, 2, 3, 4]);
+    assert_eq!(kinds(&a), vec![(FindingKind::Leak, true)]);
+    let f = &a.report().findings[0];
+    assert_eq!(f.survivors, 4);
+    assert_eq!(f.bytes, 4096);
+    assert_eq!(f.bytes_per_iteration, 1024);
+}
+
+#[test]
+fn sparse_growth_is_still_a_leak() {
+    let a = run(&[1, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
+    assert_eq!(kinds(&a), vec![(FindingKind::Leak, true)]);
+}
+
+#[test]
+fn bounded_window_is_not_a_leak_once_flat() {
+    let a = run(&[1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5, 5]);
+    assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+    // While it fills it cannot be told from a leak.
+    assert_eq!(
+        kinds(&run(&[1, 2, 3, 4, 5])),
+        vec![(FindingKind::Leak, true)]
+    );
+}
+
+#[test]
+fn accumulate_then_clear_is_not_a_leak() {
+    let a = run(&[1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+    assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+}
+
+#[test]
+fn state_created_once_is_retained_not_leak() {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "m").into());
+    a.apply(&loop_start(1, 0).into());
+    for i in 0..6 {
+        a.apply(&iteration_end(1, i).site(1).survivors(4).born(0, 0).into());
+    }
+    assert_eq!(kinds(&a), vec![(FindingKind::Retained, false)]);
+}
+
+#[test]
+fn loop_carried_value_is_no_finding() {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "prev").into());
+    a.apply(&loop_start(1, 0).into());
+    for i in 0..10 {
+        a.apply(&iteration_end(1, i).site(1).survivors(1).born(i, i).into());
+    }
+    assert!(kinds(&a).is_empty());
+}
+
+/// An `'epoch` loop (frame 1 of site 0) open, around `'batch` loops (site 2) that make
+/// `label` (site 1).
+fn epochs(label: &str) -> Analysis {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'epoch").into());
+    a.apply(&site(2, "'batch").into());
+    a.apply(&site(1, label).into());
+    a.apply(&loop_start(1, 0).into());
+    a
+}
+
+/// The `'batch` loop of `epoch` (frame `10 + epoch`, returned), 8 iterations that keep
+/// 1, 2 ... 8 of site 1's tensors; left open.
+fn batches(a: &mut Analysis, epoch: u64) -> u64 {
+    let inner = 10 + epoch;
+    a.apply(&loop_start(inner, 2).parent(1, epoch).into());
+    for b in 0..8 {
+        let end = iteration_end(inner, b).site(1).survivors(b + 1);
+        a.apply(&end.born(0, b).into());
+    }
+    inner
+}
+
+#[test]
+fn per_epoch_accumulation_in_nested_loop_is_dropped() {
+    let mut a = epochs("pred");
+    for epoch in 0..2u64 {
+        let inner = batches(&mut a, epoch);
+        assert_eq!(
+            kinds(&a),
+            vec![(FindingKind::Leak, true)],
+            "growing mid-epoch"
+        );
+        a.apply(&loop_end(inner, 8));
+        // The epoch iteration ends after the predictions were dropped.
+        a.apply(&iteration_end(1, epoch).into());
+        assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+    }
+}
+
+#[test]
+fn nested_growth_that_survives_the_epoch_is_confirmed_at_outermost_loop() {
+    let mut a = epochs("t");
+    for epoch in 0..2u64 {
+        let inner = batches(&mut a, epoch);
+        a.apply(&loop_end(inner, 8));
+        let kept = iteration_end(1, epoch).site(1).survivors(8 * (epoch + 1));
+        a.apply(&kept.born(0, epoch).into());
+        if epoch == 0 {
+            // The warm-up epoch confirms nothing (lazily created state grows there).
+            assert!(kinds(&a).is_empty(), "{:?}", kinds(&a));
+        }
+    }
+    let r = a.report();
+    assert_eq!(r.findings.len(), 1);
+    assert_eq!(r.findings[0].kind, FindingKind::Leak);
+    assert_eq!(r.findings[0].loop_name, "loop2");
+}
+
+#[test]
+fn graph_held_leaks_fold_into_the_graph_retention() {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "total").into());
+    a.apply(&site(2, "loss").into());
+    a.apply(&loop_start(1, 0).into());
+    for i in 0..5u64 {
+        let end = iteration_end(1, i);
+        let total = end.site(1).survivors(i + 1).born(0, i);
+        let total = total.graph(3 * (i + 1), 4096 * (i + 1));
+        let loss = total.site(2).survivors(i + 1).born(0, i);
+        let loss = loss.holder(HolderSpec::Graph { site: 1 }, i + 1);
+        a.apply(&loss.into());
+    }
+    let r = a.report();
+    assert_eq!(r.findings.len(), 1, "{r}");
+    let f = &r.findings[0];
+    assert_eq!(f.kind, FindingKind::GraphRetention);
+    assert!(f.is_leak());
+    assert_eq!(f.graph_tensors, 15);
+    assert_eq!(f.bytes, 5 * 4096);
+    assert_eq!(f.held_sites.len(), 1);
+    assert_eq!(f.held_sites[0].label, "loss");
+}
+
+#[test]
+fn small_views_of_large_storages_are_view_retention() {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "row").into());
+    a.apply(&loop_start(1, 0).into());
+    for i in 0..5u64 {
+        let end = iteration_end(1, i).site(1).survivors(i + 1).born(0, i);
+        let end = end
+            .views(16 * (i + 1), 4096 * (i + 1))
+            .bytes(4096 * (i + 1));
+        a.apply(&end.into());
+    }
+    let r = a.report();
+    assert_eq!(r.findings[0].kind, FindingKind::ViewRetention);
+    assert!(r.findings[0].is_leak());
+    assert_eq!(r.findings[0].bytes, 5 * 4096);
+}
