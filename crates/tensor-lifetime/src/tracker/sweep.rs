@@ -1,8 +1,10 @@
 //! The sweep: at an iteration end (and before every query) one walk of the live records
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
-//! once per storage), tallies bytes per device and per role ([`super::roles`]), and
+//! once per storage), tallies bytes per device and per role ([`super::tally`]), and
 //! collects the survivors of the ending frame for [`super::holders`] to summarize by
-//! site.
+//! site. Which walk runs is [`Walk`]'s rule; what a walk does with each record it visits
+//! is [`Visit`]'s, the same for the exact walk (here) and the partial one
+//! ([`super::generations`]).
 //!
 //! # What an iteration end walks
 //!

@@ -47,6 +47,14 @@ fn registry_of(ts: &[Tensor]) -> Registry {
     reg
 }
 
+/// A registry of `ts`, every record old.
+fn all_old(ts: &[Tensor]) -> Registry {
+    let mut reg = registry_of(ts);
+    reg.start_old_tier();
+    reg.turn_old_unless(|_| false, &mut Vec::new());
+    reg
+}
+
 fn ids(reg: &Registry) -> Vec<u64> {
     let mut ids: Vec<u64> = reg.iter().map(|r| r.id).collect();
     ids.sort_unstable();
@@ -96,10 +104,7 @@ fn a_record_turned_old_is_still_found_iterated_and_retained() {
 fn shard_splits_keep_every_record() {
     let n = 5 * SHARD_MAX;
     let ts = tensors(n);
-    let mut reg = registry_of(&ts);
-    reg.start_old_tier();
-    let mut buf = Vec::new();
-    reg.turn_old_unless(|_| false, &mut buf);
+    let mut reg = all_old(&ts);
     assert_eq!(reg.old_len(), n);
     assert!(reg.old_shards() >= 4, "{} shards", reg.old_shards());
     assert_eq!(ids(&reg), (1..=n as u64).collect::<Vec<_>>());
@@ -117,10 +122,7 @@ fn shard_splits_keep_every_record() {
 fn the_round_robin_walks_every_shard() {
     let n = 4 * SHARD_MAX;
     let ts = tensors(n);
-    let mut reg = registry_of(&ts);
-    reg.start_old_tier();
-    let mut buf = Vec::new();
-    reg.turn_old_unless(|_| false, &mut buf);
+    let mut reg = all_old(&ts);
     let shards = reg.old_shards();
     // Every record reported dead: each walk finds some, so one shard is walked per call.
     for _ in 0..shards {
