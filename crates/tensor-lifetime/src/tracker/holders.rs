@@ -2,17 +2,24 @@
 //! bytes, refcounts, iterations) and their holders, as far as can be known: a store site
 //! seen by the macro, another survivor's autograd graph, a view of a storage another
 //! record owns, or unknown; and the role and call paths of the survivors.
+//!
+//! One rule chooses a record's holder ([`holder`]) for the findings (an exact walk's
+//! summaries), for the counts of old records ([`super::site_counts`]) and for the
+//! post-mortem ([`super::post_mortem`]); one graph walk ([`graph_holders`]) finds the
+//! records a graph holds, among a sweep's survivors or, for the post-mortem, among every
+//! live record. So the findings, the JSON report and the post-mortem name the same holder
+//! for the same tensors.
 
-use super::generations::Old;
-use super::inputs::{find_record, MadeFrom};
+use super::inputs::MadeFrom;
 use super::observe::Observed;
-use super::sweep::{Claim, Scratch, Survivor};
-use super::{roles, FastMap, Record};
+use super::registry::{Record, Registry};
+use super::sweep::{Claim, Scratch};
+use super::{roles, FastMap};
 use crate::weak;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
 
+/// Summarizes `scratch.survivors` by site into `scratch.sites`.
 pub(super) fn summarize_survivors(
-    records: &FastMap<usize, Record>,
     scratch: &mut Scratch,
     // `None`: every live storage has a single record, which owns it.
     claims: Option<&FastMap<usize, Claim>>,
@@ -34,10 +41,15 @@ pub(super) fn summarize_survivors(
     }
     // Graphs (out of line): only survivors that had an op when tagged can hold a graph,
     // so a sweep without any pays nothing for them.
-    let graphs = survivors
-        .iter()
-        .any(|v| v.has_graph)
-        .then(|| graph_holders(records, survivors, inputs));
+    let graphs = survivors.iter().any(|v| v.has_graph).then(|| {
+        let roots = survivors
+            .iter()
+            .filter(|v| v.has_graph)
+            .filter_map(|v| inputs.registry.young(v.key))
+            .collect();
+        let candidates = survivors.iter().map(|v| (v.key, v.id)).collect();
+        graph_holders(roots, &candidates, inputs)
+    });
     // Per site, in (site, iteration) order so distinct iterations are counted by
     // change.
     survivors.sort_unstable_by_key(|v| (v.site, v.iteration, v.id));
@@ -93,22 +105,9 @@ pub(super) fn summarize_survivors(
                 a.view_storage_bytes += r.storage_bytes;
             }
         }
-        let held = graphs.as_ref().and_then(|g| g.held.get(&r.id));
-        // A node of a graph is the graph's; an input of one (a batch) is held by the store
-        // that also keeps it, if any: the container is what the code can let go of.
-        let holder = if let Some(h) = held.filter(|h| !h.input) {
-            HolderSpec::Graph { site: h.root }
-        } else if r.store != 0 {
-            HolderSpec::Store { site: r.store }
-        } else if let Some(h) = held {
-            HolderSpec::Graph { site: h.root }
-        } else if !owns {
-            HolderSpec::View {
-                site: claim.flatten().map_or(0, |c| c.owner_site),
-            }
-        } else {
-            HolderSpec::Unknown
-        };
+        let held = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
+        let view_of = (!owns).then(|| claim.flatten().map_or(0, |c| c.owner_site));
+        let holder = holder(r.store, held, view_of);
         match holders.iter_mut().find(|(h, _)| *h == holder) {
             Some((_, n)) => *n += 1,
             None => holders.push((holder, 1)),
@@ -119,6 +118,30 @@ pub(super) fn summarize_survivors(
         origin.finish(&mut out[used - 1]);
     }
     out.truncate(used);
+}
+
+/// Who keeps a live record alive: the one rule behind the holders of the findings (an
+/// exact walk's summaries), of the aggregates of old records and of the post-mortem, so
+/// all three name the same holder for the same tensors.
+///
+/// `store` is the record's latest store site (0: none), `graph` the graph that holds it
+/// (as a node, or as an input the macro saw a node computed from), `view_of` the site of
+/// the record that owns its storage when it does not own it (0: not known).
+///
+/// A node of a graph is the graph's; an input of one (a batch) is held by the store that
+/// also keeps it, if any: the container is what the code can let go of. Then a view of a
+/// storage another record owns is that record's; else nothing seen holds it.
+#[inline]
+pub(super) fn holder(store: u32, graph: Option<Held>, view_of: Option<u32>) -> HolderSpec {
+    match graph {
+        Some(h) if !h.input => HolderSpec::Graph { site: h.root },
+        _ if store != 0 => HolderSpec::Store { site: store },
+        Some(h) => HolderSpec::Graph { site: h.root },
+        None => match view_of {
+            Some(site) => HolderSpec::View { site },
+            None => HolderSpec::Unknown,
+        },
+    }
 }
 
 /// The roles and call paths of one site's survivors, counted (no allocation: up to
@@ -203,7 +226,7 @@ pub(super) fn majority(roles: &[u32; 8]) -> u8 {
 
 /// Puts role `role` (an index) and the call paths `paths` ((path, survivors), sorted
 /// here, most survivors first) in `site`'s summary: what an exact walk's summary and the
-/// aggregates of old records ([`super::generations`]) both say of a site's origin.
+/// aggregates of old records ([`super::site_counts`]) both say of a site's origin.
 #[inline]
 pub(super) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)]) {
     site.role = Some(roles::role(role));
@@ -220,27 +243,26 @@ pub(super) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)
     }
 }
 
-/// What a graph walk reads of the inputs the macro saw ([`super::inputs`]): the table,
-/// and the old records (generational mode) among which inputs are looked up besides the
-/// young ones.
+/// What a graph walk reads: the inputs the macro saw ([`super::inputs`]) and the
+/// registry, where the roots (young records) and the inputs (either tier) are found.
 #[derive(Clone, Copy)]
 pub(super) struct GraphInputs<'a> {
     pub(super) made_from: &'a MadeFrom,
-    pub(super) old: Option<&'a Old>,
+    pub(super) registry: &'a Registry,
 }
 
-/// The autograd graphs among a sweep's survivors.
+/// The autograd graphs among a set of records.
 #[derive(Default)]
-struct Graphs {
-    /// The graph holding each survivor held by one, by record id.
-    held: FastMap<u64, Held>,
+pub(super) struct Graphs {
+    /// The graph holding each record held by one, by record id.
+    pub(super) held: FastMap<u64, Held>,
     /// Per root site, the largest graph's size.
     by_site: FastMap<u32, GraphSize>,
 }
 
-/// Who holds a survivor held by a graph.
+/// Who holds a record held by a graph.
 #[derive(Debug, Clone, Copy)]
-struct Held {
+pub(super) struct Held {
     /// The graph's root's site.
     root: u32,
     /// Only as an input the macro saw (no node of any graph walked).
@@ -254,26 +276,21 @@ struct GraphSize {
     bytes: u64,
 }
 
-/// Autograd graphs among `survivors`: the newest survivor carrying a graph is a root, and
-/// survivors in its graph are held by it: its nodes, and the inputs the macro saw them
-/// computed from (`inputs`: a batch leads to no variable, so it is no node). Returns the
-/// holder root's site of each held survivor (by record id) and, per root site, the
-/// largest graph's tensors and bytes.
+/// Autograd graphs among the `candidates` (record ids by key): the newest of the `roots`
+/// (candidates carrying a graph) is a root, and candidates in its graph are held by it:
+/// its nodes, and the inputs the macro saw them computed from (`inputs`: a batch leads
+/// to no variable, so it is no node). Returns the holder root's site of each held
+/// candidate (by record id) and, per root site, the largest graph's tensors and bytes.
 #[inline(never)]
-fn graph_holders(
-    records: &FastMap<usize, Record>,
-    survivors: &[Survivor],
+pub(super) fn graph_holders(
+    mut roots: Vec<&Record>,
+    by_key: &FastMap<usize, u64>,
     inputs: GraphInputs<'_>,
 ) -> Graphs {
     let mut graphs = Graphs::default();
-    let mut roots: Vec<(usize, &Record)> = survivors
-        .iter()
-        .filter(|v| v.has_graph)
-        .filter_map(|v| records.get(&v.key).map(|r| (v.key, r)))
-        .collect();
-    roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.1.id));
-    let by_key: FastMap<usize, u64> = survivors.iter().map(|v| (v.key, v.id)).collect();
-    for (own_key, r) in roots {
+    roots.sort_unstable_by_key(|r| std::cmp::Reverse(r.id));
+    for r in roots {
+        let own_key = r.weak.key();
         if graphs.held.contains_key(&r.id) {
             continue;
         }
@@ -314,7 +331,7 @@ fn graph_holders(
                 let Some(held) = by_key.get(&input.key) else {
                     continue;
                 };
-                let Some(ir) = find_record(records, inputs.old, *input) else {
+                let Some(ir) = inputs.registry.get(input.key, input.serial) else {
                     continue;
                 };
                 seen_inputs.push(input.key);
@@ -335,6 +352,17 @@ fn graph_holders(
         }
     }
     graphs
+}
+
+/// The graphs holding any of `records` (every live record, for the post-mortem): roots
+/// are those with an autograd op, held are any of `records`; `None` when none has an op.
+pub(super) fn live_graphs(records: &[&Record], inputs: GraphInputs<'_>) -> Option<Graphs> {
+    let roots: Vec<&Record> = records.iter().copied().filter(|r| r.has_graph).collect();
+    if roots.is_empty() {
+        return None;
+    }
+    let candidates = records.iter().map(|r| (r.weak.key(), r.id)).collect();
+    Some(graph_holders(roots, &candidates, inputs))
 }
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.

@@ -2,10 +2,11 @@
 //! thread's entries into the registry, in probe order, and merges them (a first probe
 //! makes a record or counts a temporary; a later one adds an alias or a store).
 
+use super::frames::Birth;
 use super::local::LOCAL;
-use super::loops::Birth;
 use super::observe::{own_bytes, Observed, View};
-use super::{roles, Record, State, Tracker};
+use super::registry::Record;
+use super::{roles, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
@@ -162,7 +163,7 @@ impl State {
     /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
     /// than one thread has probed.
     fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
-        let log = self.log.is_some();
+        let log = self.sink.logs();
         // A tensor's first probe needs no lookup: no record of it can exist. Except when
         // several threads probe: a later probe of it, on the thread it was handed to, may
         // have been drained first and made the record (see `merge`).
@@ -196,16 +197,15 @@ impl State {
             _ => p.weak.upgrade(),
         };
         let Some(tensor) = tensor else {
-            self.analysis
-                .note_born_dropped(site, frame, iteration, p.bytes);
+            self.sink.born_dropped(site, frame, iteration, p.bytes);
             self.roles.temporary(p.role, p.bytes);
             return;
         };
         let (view, storage) = (View::of(&tensor), Observed::of(&tensor));
         drop(tensor);
-        self.analysis.note_born_at(site, frame, iteration, p.bytes);
+        self.sink.born_alive(site, frame, iteration, p.bytes);
         let key = p.weak.key();
-        self.records
+        self.registry
             .insert(key, Record::of(p, id, site, view, storage));
     }
 
@@ -218,13 +218,13 @@ impl State {
     fn merge(&mut self, p: &mut Pending, log: bool) {
         let site = self.site_id(p.site);
         let key = p.weak.key();
-        if let Some(r) = self.records.get_mut(&key) {
+        if let Some(r) = self.registry.young_mut(key) {
             roles::upgrade(&mut r.role, p.role);
             if p.store {
                 r.store = site;
                 let tensor = r.id;
                 if log {
-                    self.emit(Event::Stored {
+                    self.sink.emit(Event::Stored {
                         t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
                         tensor,
                         site,
@@ -232,7 +232,7 @@ impl State {
                 }
             } else if log && r.site != site {
                 let tensor = r.id;
-                self.emit(Event::Alias { tensor, site });
+                self.sink.emit(Event::Alias { tensor, site });
             }
             return;
         }
@@ -299,20 +299,20 @@ impl State {
             let _ = write!(device, "{}", view.device);
             *thread = u64::from(l.thread);
         }
-        self.emit_ref(&born);
+        self.sink.emit_ref(&born);
         self.scratch.born = Some(born);
         if p.store {
-            self.emit(Event::Stored {
+            self.sink.emit(Event::Stored {
                 t_ns,
                 tensor: id,
                 site,
             });
         }
         if alive {
-            self.records
+            self.registry
                 .insert(key, Record::of(p, id, site, view, storage));
         } else {
-            self.emit(Event::Dropped { t_ns, tensor: id });
+            self.sink.emit(Event::Dropped { t_ns, tensor: id });
             self.roles.temporary(p.role, storage.storage_bytes);
         }
     }
@@ -323,27 +323,21 @@ impl State {
     /// alias is logged. False when `key` is no old record.
     #[cold]
     fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
-        if p.role & roles::HINTED != 0 {
-            self.upgrade_old_role(key, p.serial, p.role);
-        }
-        if p.store {
-            let Some(tensor) = self.store_on_old(key, p.serial, site) else {
-                return false;
-            };
-            if log {
-                self.emit(Event::Stored {
-                    t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
-                    tensor,
-                    site,
-                });
-            }
-            return true;
-        }
-        let Some((first_site, tensor)) = self.old_record(key, p.serial) else {
+        let store = p.store.then_some(site);
+        let Some((first_site, tensor)) = self.probe_old(key, p.serial, p.role, store) else {
             return false;
         };
-        if log && first_site != site {
-            self.emit(Event::Alias { tensor, site });
+        if !log {
+            return true;
+        }
+        if p.store {
+            self.sink.emit(Event::Stored {
+                t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
+                tensor,
+                site,
+            });
+        } else if first_site != site {
+            self.sink.emit(Event::Alias { tensor, site });
         }
         true
     }

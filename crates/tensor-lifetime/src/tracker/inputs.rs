@@ -18,7 +18,8 @@
 //! over-approximation of the op's inputs (a helper may use an argument for its shape
 //! only): it decides a survivor's holder, never whether a site leaks.
 
-use super::{FastMap, Record, State, Tracker};
+use super::registry::Record;
+use super::{FastMap, State, Tracker};
 use crate::weak;
 use candle_core::Tensor;
 
@@ -105,7 +106,7 @@ impl Tracker {
 impl State {
     /// The live record of `input` (young or old), if any.
     pub(super) fn input_record(&self, input: Input) -> Option<&Record> {
-        find_record(&self.records, self.gens.as_ref().map(|g| &g.old), input)
+        self.registry.get(input.key, input.serial)
     }
 
     /// Drops the entries of tensors that have no record any more: at every full walk,
@@ -130,21 +131,9 @@ impl State {
             })
             .is_some()
         });
-        if map.capacity() > 4 * map.len() + super::sweep::Scratch::KEEP {
+        if map.capacity() > 4 * map.len() + super::registry::KEEP {
             map.shrink_to_fit();
         }
         self.made_from.map = map;
     }
-}
-
-/// The record of `input` among the young `records` and the `old` ones.
-pub(super) fn find_record<'a>(
-    records: &'a FastMap<usize, Record>,
-    old: Option<&'a super::generations::Old>,
-    input: Input,
-) -> Option<&'a Record> {
-    records
-        .get(&input.key)
-        .or_else(|| old.and_then(|o| o.get(input.key, input.serial)))
-        .filter(|r| r.serial == input.serial)
 }

@@ -14,20 +14,26 @@
 //!
 //! # Rooms
 //!
-//! - [`local`]: the per-thread state (probe ring, open loops, session).
-//! - [`observe`]: what is read of a tensor, and when.
-//! - [`ingest`]: the hot path: probes into per-thread rings, drained into the registry.
-//! - [`loops`]: loop frames, iterations and leak-test sessions.
-//! - [`sweep`]: the walk of the live records at an iteration end; storage claims.
-//! - [`generations`]: young and old records, the round robin over the old, and the
-//!   aggregates that stand in for them between exact walks.
-//! - [`roles`]: each tensor's role (parameter, gradient, ...) and the per-role tally.
-//! - [`post_mortem`]: what is live now, by site, role and holder (out of memory).
-//! - [`holders`]: per-site summaries of survivors and who holds them (stores, graphs,
-//!   views).
-//! - [`monitor`]: the periodic memory monitor, sampled at iteration ends.
-//! - [`output`]: the event log file, automatic reports, and the queries behind the public
-//!   API (report, snapshot, site totals, tracked bytes).
+//! Data flows one way: probe → registry → sweep → sink → the report crate. Only this
+//! module (the one [`State`] behind the lock, and [`Tracker`]) calls across the rooms;
+//! each room's type keeps its fields private and changes only through its methods.
+//!
+//! - Probe (no lock): [`local`] (the per-thread state: probe ring, open loops, session),
+//!   [`observe`] (what is read of a tensor, and when), [`ingest`] (the probe into the
+//!   ring, and the drain's merge of probes into records).
+//! - [`registry`]: the one owner of the live records, young and old, behind one API.
+//! - The walk: [`sweep`] (which records a walk visits, the exact walk, storage claims),
+//!   [`generations`] (the partial walk above `TENSOR_LIFETIME_EXACT_MAX` live records
+//!   and the counts of the old records it keeps), [`site_counts`] (the per-(frame, site)
+//!   counts of old survivors), [`holders`] (per-site summaries and the one holder
+//!   choice, graphs included), [`inputs`] (the inputs the macro saw graphs computed from).
+//! - [`tally`]: tracked bytes per device and per role, written only there.
+//! - [`frames`]: loop frames, the running iteration of each, and leak-test sessions;
+//!   [`roles`]: each tensor's role byte; [`monitor`]: the periodic memory monitor.
+//! - [`sink`]: the one path to the report crate (the event log, the judgement, automatic
+//!   reports, the JSON file, `tracing`).
+//! - [`queries`] and [`post_mortem`]: read-only answers behind the public API (report,
+//!   snapshot, site totals, tracked bytes; what is live now, by site, role and holder).
 //!
 //! # Hot path
 //!
@@ -57,49 +63,50 @@
 //! (bytes counted once per storage; a handful of records with distinct storages, told
 //! apart by a bitmap of their addresses, need no claims table), and summarizes per site
 //! the survivors of the ending frame: counts, bytes, refcounts, holders (store sites,
-//! autograd graphs, views). The summary is an [`Event::IterationEnd`], fed to the
-//! [`Analysis`] and to the event log alike (without a log, the same summary goes to the
-//! analysis directly: [`Analysis::note_iteration_end`]).
+//! autograd graphs, views). The summary is an [`Event::IterationEnd`], fed by [`sink`] to
+//! the judgement and to the event log alike (without a log, the same summary goes to the
+//! judgement directly).
 
+mod frames;
 mod generations;
 mod holders;
 mod ingest;
 mod inputs;
 mod local;
-mod loops;
 mod monitor;
 mod observe;
-mod output;
 mod post_mortem;
+mod queries;
+mod registry;
 mod roles;
+mod sink;
+mod site_counts;
 mod sweep;
+mod tally;
 
 pub use inputs::Input;
 pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
-pub use output::{LiveTensor, SiteTotals};
 pub(crate) use post_mortem::oom_seen;
+pub use queries::{LiveTensor, SiteTotals};
 pub(crate) use roles::hint as role_hint;
 
 use crate::config::Config;
-use crate::device::DeviceId;
 use crate::probe_buffer::Registry;
 use crate::site::Site;
-use crate::weak::{self, WeakTensor};
+use crate::weak;
+use frames::{FrameState, PrimaryLoop, SessionJudgement};
 use ingest::Pending;
-use loops::{FrameState, PrimaryLoop, SessionJudgement};
-use observe::{Observed, View};
 use parking_lot::Mutex;
-use roles::RoleTally;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::OnceLock;
 use std::time::Instant;
-use sweep::{Claim, DeviceBytes, Scratch};
+use sweep::{Claim, Scratch};
+use tally::RoleTally;
 use tensor_lifetime_report::event::Event;
-use tensor_lifetime_report::{Analysis, Judgement};
 
 type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
 
@@ -179,103 +186,27 @@ pub(crate) fn failure() -> Option<String> {
     }
 }
 
-/// One tracked tensor. Kept small (80 bytes): frames, iterations and sessions are
-/// stored as `u32` (4 billion of each per process is beyond any run).
-#[derive(Debug)]
-struct Record {
-    weak: WeakTensor,
-    id: u64,
-    storage: usize,
-    storage_bytes: u64,
-    view_bytes: u64,
-    frame: u32,
-    iteration: u32,
-    session: u32,
-    site: u32,
-    /// Latest store site (0: none).
-    store: u32,
-    device: DeviceId,
-    /// It had an autograd op when tagged (ops never change afterwards).
-    has_graph: bool,
-    /// The tensor's creation serial, cut to 32 bits (picks its shard when old).
-    serial: u32,
-    /// It owns its storage, as of the walk that turned it old (generational mode:
-    /// [`generations`]); true until then.
-    owns: bool,
-    /// Its role byte ([`roles`]).
-    role: u8,
-    /// The call path of its first probe ([`crate::call_path`]; 0: none).
-    path: u32,
-}
-
-impl Record {
-    /// The bytes this record's storage counts for it: all of them when it owns the
-    /// storage (generational mode, `owns`), else none.
-    #[inline]
-    fn owned_bytes(&self) -> u64 {
-        if self.owns {
-            self.storage_bytes
-        } else {
-            0
-        }
-    }
-
-    /// The record of probe `p`'s tensor (it takes the probe's weak handle).
-    #[inline(always)]
-    fn of(p: &mut Pending, id: u64, site: u32, view: View, storage: Observed) -> Record {
-        Record {
-            weak: p.weak.take(),
-            id,
-            site,
-            store: if p.store { site } else { 0 },
-            frame: p.frame,
-            iteration: p.iteration,
-            storage: storage.storage,
-            storage_bytes: storage.storage_bytes,
-            view_bytes: view.view_bytes,
-            session: p.session,
-            device: view.device,
-            has_graph: view.has_graph,
-            serial: p.serial,
-            owns: true,
-            role: p.role,
-            path: p.path,
-        }
-    }
-
-    fn frame(&self) -> u64 {
-        u64::from(self.frame)
-    }
-}
-
 /// What the global lock guards: the registry of records, the sites, the open frames,
-/// per-device bytes, the analysis and the event log.
+/// the tallies, the sink (judgement and event log) and the walks' working state.
 struct State {
     sites: Vec<&'static Site>,
-    records: FastMap<usize, Record>,
+    /// Every live record, young and old.
+    registry: registry::Registry,
     /// Storage claims of the latest sweep (kept for its capacity).
     claims: FastMap<usize, Claim>,
     next_record: u64,
     frames: FastMap<u64, FrameState>,
-    /// Tracked bytes per device, sorted by device (a handful of devices at most).
-    devices: Vec<(DeviceId, DeviceBytes)>,
+    /// Tracked bytes per device.
+    devices: tally::Devices,
     /// Tracked tensors and bytes per role, and the temporaries of the iteration.
     roles: RoleTally,
-    /// Call paths declared to the analysis (and the log) so far: ids `1..=declared`.
-    declared_paths: u32,
-    analysis: Analysis,
-    log: Option<BufWriter<File>>,
-    log_error: bool,
-    /// When the log was last flushed at an inner iteration end (`t_ns`).
-    log_flushed_ns: u64,
+    /// The event log and the judgement: everything that leaves the tracker.
+    sink: sink::Sink,
     /// Working buffers of drains and sweeps, kept between them for their capacity.
     scratch: Scratch,
-    /// The old records and the aggregates of the generational mode (more than
-    /// `exact_max` live records); `None`: every record is in `records`.
+    /// The aggregates of the old records in the generational mode (more than
+    /// `exact_max` live records); `None`: no record is old.
     gens: Option<generations::Generations>,
-    /// The old records' shard bits when the generational mode last ended (its next
-    /// start begins with as many shards).
-    old_bits: u32,
     /// Live records above which inner iteration ends sweep partially
     /// (`TENSOR_LIFETIME_EXACT_MAX`).
     exact_max: usize,
@@ -313,7 +244,7 @@ impl std::fmt::Debug for Tracker {
 impl Tracker {
     fn new(config: Config) -> Tracker {
         let start = Instant::now();
-        let log = output::open_log(&config);
+        let log = sink::Sink::open_log(&config);
         let exact_max = config.exact_max;
         monitor::configure(config.memory_every);
         Tracker {
@@ -322,25 +253,7 @@ impl Tracker {
             threaded: AtomicBool::new(false),
             config,
             start,
-            state: Mutex::new(State {
-                sites: Vec::new(),
-                records: FastMap::default(),
-                claims: FastMap::default(),
-                next_record: 1,
-                frames: FastMap::default(),
-                devices: Vec::new(),
-                roles: RoleTally::default(),
-                declared_paths: 0,
-                analysis: Analysis::new(Judgement::default()),
-                log,
-                log_error: false,
-                log_flushed_ns: 0,
-                scratch: Scratch::default(),
-                gens: None,
-                old_bits: 0,
-                made_from: inputs::MadeFrom::default(),
-                exact_max,
-            }),
+            state: Mutex::new(State::new(log, exact_max)),
             buffers: Registry::new(),
             next_frame: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
@@ -367,10 +280,25 @@ impl Tracker {
     }
 }
 
-/// The longest an inner iteration end's events wait in the log's buffer (50 ms).
-const LOG_FLUSH_EVERY_NS: u64 = 50_000_000;
-
 impl State {
+    /// No records, sites or frames yet; events go to `log` (if any) and the judgement.
+    fn new(log: Option<BufWriter<File>>, exact_max: usize) -> State {
+        State {
+            sites: Vec::new(),
+            registry: registry::Registry::default(),
+            claims: FastMap::default(),
+            next_record: 1,
+            frames: FastMap::default(),
+            devices: tally::Devices::default(),
+            roles: RoleTally::default(),
+            sink: sink::Sink::new(log),
+            scratch: Scratch::default(),
+            gens: None,
+            made_from: inputs::MadeFrom::default(),
+            exact_max,
+        }
+    }
+
     #[inline]
     fn site_id(&mut self, site: &'static Site) -> u32 {
         // Only this (the process's one) tracker sets a site's id, when it registers the
@@ -389,7 +317,7 @@ impl State {
         self.sites.push(site);
         let id = self.sites.len() as u32;
         site.set_id(id);
-        self.emit(Event::Site {
+        self.sink.emit(Event::Site {
             id,
             info: site.info(),
         });
@@ -401,40 +329,17 @@ impl State {
         self.sites[id as usize - 1]
     }
 
-    fn emit(&mut self, event: Event) {
-        self.emit_ref(&event);
-    }
-
-    /// Writes `event` to the log and applies it to the analysis.
-    #[inline]
-    fn emit_ref(&mut self, event: &Event) {
-        if let Some(w) = self.log.as_mut() {
-            if let Err(e) = event.write_line(w) {
-                if !self.log_error {
-                    eprintln!("tensor-lifetime: cannot write the event log: {e}");
-                    self.log_error = true;
-                }
-            }
-        }
-        self.analysis.apply(event);
-    }
-
-    fn flush_log(&mut self) {
-        if let Some(w) = self.log.as_mut() {
-            let _ = w.flush();
-        }
-    }
-
-    /// At an iteration end at `t_ns`: the log is flushed at every outermost one, and at
-    /// an inner one when [`LOG_FLUSH_EVERY_NS`] have passed since the last flush there
-    /// (a write per inner step would cost a rollout's step more than the step itself).
-    fn flush_log_at_iteration_end(&mut self, t_ns: u64, outermost: bool) {
-        if outermost || t_ns.saturating_sub(self.log_flushed_ns) >= LOG_FLUSH_EVERY_NS {
-            self.log_flushed_ns = t_ns;
-            self.flush_log();
+    /// The automatic report at an iteration end or the end of outermost loop `frame`.
+    fn auto_report(&mut self, config: &Config, frame: u64, iterations: u64, loop_end: bool) {
+        let State { sink, frames, .. } = self;
+        if let Some(fs) = frames.get_mut(&frame) {
+            sink.auto_report(config, fs, iterations, loop_end);
         }
     }
 }
+
+#[cfg(test)]
+mod walk_tests;
 
 #[cfg(test)]
 mod tests {
@@ -463,9 +368,9 @@ mod tests {
         // 80 bytes of record measured 118.8 bytes per live record with the generations'
         // shards (`bench_loops memory`, docs/performance.md).
         assert!(
-            std::mem::size_of::<Record>() <= 80,
+            std::mem::size_of::<registry::Record>() <= 80,
             "{}",
-            std::mem::size_of::<Record>()
+            std::mem::size_of::<registry::Record>()
         );
         // A probe entry is one cache line, aligned to one: the probe writes a single line.
         assert_eq!(std::mem::size_of::<Pending>(), 64);

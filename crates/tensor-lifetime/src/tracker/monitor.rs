@@ -5,7 +5,6 @@
 //! by default (`TENSOR_LIFETIME_MEMORY_EVERY`, or [`set_memory_monitor`]); a sample costs
 //! a few driver calls and no synchronize.
 
-use super::sweep::DeviceBytes;
 use super::{State, Tracker};
 use crate::device::{Counters, DeviceId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,27 +44,30 @@ fn due() -> Option<u64> {
 
 /// Samples each device (live tracked bytes from the sweep), traces each sample and
 /// returns them for the event log.
-fn sample(step: u64, devices: &[(DeviceId, DeviceBytes)]) -> Vec<(DeviceId, MemorySample)> {
-    let mut out = Vec::with_capacity(devices.len());
-    for &(device, bytes) in devices {
+fn sample(
+    step: u64,
+    devices: impl Iterator<Item = (DeviceId, u64, u64)>,
+) -> Vec<(DeviceId, MemorySample)> {
+    let mut out = Vec::new();
+    for (device, live, peak) in devices {
         match Counters::read(device, None) {
             Ok(c) => {
                 tracing::info!(
                     target: "tensor_lifetime::memory",
                     device = %device,
                     step,
-                    tracked = bytes.live,
-                    tracked_peak = bytes.peak,
+                    tracked = live,
+                    tracked_peak = peak,
                     pool_used = c.pool_used,
                     pool_reserved = c.pool_reserved,
                     device_used = c.device_used,
                     process_resident = c.process_resident,
                     "memory {device}: tracked {}, pool used {}, reserved {}",
-                    format_bytes(bytes.live),
+                    format_bytes(live),
                     c.pool_used.map_or_else(|| "-".to_string(), format_bytes),
                     c.pool_reserved.map_or_else(|| "-".to_string(), format_bytes),
                 );
-                out.push((device, c.sample(bytes.live)));
+                out.push((device, c.sample(live)));
             }
             Err(e) => {
                 tracing::warn!(target: "tensor_lifetime::memory", device = %device, "memory sample failed: {e}");
@@ -82,8 +84,8 @@ impl Tracker {
         let Some(step) = due() else {
             return;
         };
-        for (device, sample) in sample(step, &st.devices) {
-            st.emit(Event::Memory {
+        for (device, sample) in sample(step, st.devices.iter()) {
+            st.sink.emit(Event::Memory {
                 t_ns,
                 device: device.to_string(),
                 sample,
@@ -107,9 +109,7 @@ mod tests {
         assert_eq!(due_at, [4, 9]);
         configure(3);
         assert_eq!(EVERY.load(Ordering::Relaxed), 5, "a set period is kept");
-        let mut cpu = DeviceBytes::default();
-        (cpu.live, cpu.peak) = (64, 128);
-        let got = sample(10, &[(DeviceId::CPU, cpu)]);
+        let got = sample(10, [(DeviceId::CPU, 64, 128)].into_iter());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, DeviceId::CPU);
         assert_eq!(got[0].1.tracked, 64);

@@ -5,15 +5,17 @@
 //! on stderr, into the event log (a `post_mortem` event) and into the JSON report
 //! (`TENSOR_LIFETIME_JSON`, its `post_mortem` field).
 
-use super::{roles, State, Tracker};
+use super::holders::{self, GraphInputs};
+use super::sink::write_json;
+use super::{roles, FastMap, State, Tracker};
 use crate::device::{Counters, DeviceId};
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tensor_lifetime_report::event::{Event, MemorySample};
+use tensor_lifetime_report::event::{Event, HolderSpec, MemorySample};
 use tensor_lifetime_report::post_mortem::{
     DeviceMemory, Growth, HolderBytes, SiteBytes, TensorInfo,
 };
-use tensor_lifetime_report::report::{HolderKind, HolderRef, SiteRef};
+use tensor_lifetime_report::report::{HolderKind, HolderRef};
 use tensor_lifetime_report::{PostMortem, Role};
 
 /// Sites, holders and tensors listed at most.
@@ -33,7 +35,7 @@ impl Tracker {
     pub(crate) fn post_mortem(&self, reason: &str) -> PostMortem {
         let mut pm = {
             let (mut st, sweep) = self.settled();
-            st.declare_call_paths();
+            st.sink.declare_call_paths();
             let mut pm = st.live_by_origin();
             pm.reason = reason.to_string();
             pm.live_tensors = sweep.live_tensors;
@@ -42,10 +44,10 @@ impl Tracker {
             pm.devices = st
                 .devices
                 .iter()
-                .map(|(d, b)| DeviceMemory {
+                .map(|(d, live, _)| DeviceMemory {
                     device: d.to_string(),
                     memory: MemorySample {
-                        tracked: b.live,
+                        tracked: live,
                         ..MemorySample::default()
                     },
                 })
@@ -53,7 +55,7 @@ impl Tracker {
             pm
         };
         // The devices' own counters, read without the tracker's lock.
-        let ids: Vec<DeviceId> = self.state.lock().devices.iter().map(|(d, _)| *d).collect();
+        let ids: Vec<DeviceId> = self.state.lock().devices.iter().map(|d| d.0).collect();
         for (d, id) in pm.devices.iter_mut().zip(ids) {
             if let Ok(c) = Counters::read(id, None) {
                 d.memory = c.sample(d.memory.tracked);
@@ -69,21 +71,14 @@ impl Tracker {
         let t_ns = self.now_ns();
         let report = {
             let mut st = self.state.lock();
-            st.emit(Event::PostMortem {
+            st.sink.emit(Event::PostMortem {
                 t_ns,
                 post_mortem: Box::new(pm.clone()),
             });
-            st.flush_log();
-            st.analysis.report()
+            st.sink.flush_log();
+            st.sink.report()
         };
-        if let Some(path) = &self.config.json {
-            if let Err(e) = std::fs::write(path, report.to_json()) {
-                eprintln!(
-                    "tensor-lifetime: cannot write {} (TENSOR_LIFETIME_JSON): {e}",
-                    path.display()
-                );
-            }
-        }
+        write_json(&self.config, &report);
     }
 }
 
@@ -95,25 +90,32 @@ pub(crate) fn oom_seen() -> bool {
 }
 
 impl State {
-    fn site_ref(&self, id: u32) -> SiteRef {
-        match self.analysis.site(id) {
-            Some(info) => SiteRef::from(info),
-            None => SiteRef::default(),
-        }
-    }
-
     /// Live bytes by site, role and holder, and the largest tensors (each storage counted
-    /// once, for its oldest record).
+    /// once, for its oldest record). Holders are chosen by the rule of the findings
+    /// ([`holders::holder`]), graphs included.
     fn live_by_origin(&self) -> PostMortem {
-        let mut records: Vec<_> = self.all_records().collect();
+        let mut records: Vec<_> = self.registry.iter().collect();
         records.sort_unstable_by_key(|r| r.id);
-        let mut storages = HashSet::new();
+        // Graph holders as the findings see them: the graphs of every live record with an
+        // autograd op are walked (a cost only the post-mortem pays).
+        let graphs = holders::live_graphs(
+            &records,
+            GraphInputs {
+                made_from: &self.made_from,
+                registry: &self.registry,
+            },
+        );
+        // Each storage's owner (its oldest record): its site.
+        let mut owner_site: FastMap<usize, u32> = FastMap::default();
         let mut sites: Vec<(u32, SiteTally)> = Vec::new();
-        let mut holders: Vec<((HolderKind, u32), (u64, u64))> = Vec::new();
+        let mut by_holder: Vec<(HolderSpec, (u64, u64))> = Vec::new();
         let mut pm = PostMortem::default();
         let mut owners = Vec::new();
         for r in &records {
-            let owns = storages.insert(r.storage);
+            let (owns, owner) = match owner_site.entry(r.storage) {
+                Entry::Occupied(o) => (false, *o.get()),
+                Entry::Vacant(v) => (true, *v.insert(r.site)),
+            };
             let bytes = if owns { r.storage_bytes } else { 0 };
             let role = roles::role(r.role);
             pm.by_role.add(role, bytes, 1);
@@ -133,16 +135,11 @@ impl State {
             };
             s.bytes += bytes;
             s.tensors += 1;
-            let holder = if r.store != 0 {
-                (HolderKind::Store, r.store)
-            } else if !owns {
-                (HolderKind::View, 0)
-            } else {
-                (HolderKind::Unknown, 0)
-            };
-            match holders.iter_mut().find(|(h, _)| *h == holder) {
+            let graph = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
+            let holder = holders::holder(r.store, graph, (!owns).then_some(owner));
+            match by_holder.iter_mut().find(|(h, _)| *h == holder) {
                 Some((_, (b, n))) => (*b, *n) = (*b + bytes, *n + 1),
-                None => holders.push((holder, (bytes, 1))),
+                None => by_holder.push((holder, (bytes, 1))),
             }
             if owns {
                 owners.push(*r);
@@ -153,22 +150,28 @@ impl State {
             .iter()
             .take(TOP)
             .map(|(id, s)| SiteBytes {
-                site: self.site_ref(*id),
+                site: self.sink.site_ref(*id),
                 role: s.role,
                 bytes: s.bytes,
                 tensors: s.tensors,
-                call_path: self.analysis.call_path(s.path).to_vec(),
+                call_path: self.sink.call_path(s.path),
             })
             .collect();
-        holders.sort_by_key(|h| std::cmp::Reverse(h.1 .0));
-        pm.by_holder = holders
+        by_holder.sort_by_key(|h| std::cmp::Reverse(h.1 .0));
+        pm.by_holder = by_holder
             .iter()
             .take(TOP)
-            .map(|((kind, site), (bytes, count))| {
-                let site = (*site != 0).then(|| self.site_ref(*site));
+            .map(|(holder, (bytes, count))| {
+                let (kind, site) = match *holder {
+                    HolderSpec::Store { site } => (HolderKind::Store, site),
+                    HolderSpec::Graph { site } => (HolderKind::Graph, site),
+                    HolderSpec::View { site } => (HolderKind::View, site),
+                    HolderSpec::Unknown => (HolderKind::Unknown, 0),
+                };
+                let site = (site != 0).then(|| self.sink.site_ref(site));
                 HolderBytes {
                     holder: HolderRef {
-                        kind: *kind,
+                        kind,
                         file: site.as_ref().map(|s| s.file.clone()),
                         line: site.as_ref().map(|s| s.line),
                         label: site.map(|s| s.label),
@@ -185,13 +188,13 @@ impl State {
             .filter_map(|r| {
                 let t = r.weak.upgrade()?;
                 Some(TensorInfo {
-                    site: self.site_ref(r.site),
+                    site: self.sink.site_ref(r.site),
                     role: roles::role(r.role),
                     bytes: r.storage_bytes,
                     shape: t.dims().to_vec(),
                     dtype: format!("{:?}", t.dtype()).to_lowercase(),
                     device: r.device.to_string(),
-                    call_path: self.analysis.call_path(r.path).to_vec(),
+                    call_path: self.sink.call_path(r.path),
                 })
             })
             .collect();
@@ -200,7 +203,7 @@ impl State {
 
     /// The findings whose survivors grow, the fastest first.
     fn grew_most(&self) -> Vec<Growth> {
-        let mut findings = self.analysis.report().findings;
+        let mut findings = self.sink.report().findings;
         findings.retain(|f| f.bytes_per_iteration > 0);
         findings.sort_by_key(|f| std::cmp::Reverse(f.bytes_per_iteration));
         findings

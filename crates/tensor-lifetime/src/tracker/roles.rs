@@ -1,5 +1,5 @@
-//! Roles: what each tracked tensor is for, decided at its probe, and the per-role tally
-//! of a sweep (filled in the sweep's walk, beside the per-device one).
+//! Roles: what each tracked tensor is for, decided at its probe and carried as one byte
+//! (the per-role tally of a sweep is [`super::tally`]'s).
 //!
 //! The rules are the report crate's (`tensor_lifetime_report::roles`, module docs): a
 //! hint of the place that saw the tensor (`gradient` for a `GradStore`'s tensors,
@@ -16,7 +16,7 @@
 //! an optimizer keeping its state in `Var`s).
 
 use candle_core::Tensor;
-use tensor_lifetime_report::{Role, RoleBytes};
+use tensor_lifetime_report::Role;
 
 /// Set in a role byte when a hint decided the role.
 pub(super) const HINTED: u8 = 0x80;
@@ -63,150 +63,6 @@ pub(super) fn upgrade(role_code: &mut u8, probe: u8) {
     {
         *role_code = probe;
     }
-}
-
-/// Per role: live tensors and the bytes they own. A sweep counts into one as it walks
-/// ([`RoleTally`]); the old records of the generational registry keep one as records
-/// change ([`super::generations`]), so that a partial sweep's split by role covers the
-/// records it does not walk.
-#[derive(Debug, Default, Clone)]
-pub(super) struct RoleCounts {
-    tensors: [u64; SLOTS],
-    bytes: [u64; SLOTS],
-}
-
-impl RoleCounts {
-    /// Adds (`add` true) or takes one record of role `code` owning `bytes`.
-    #[inline]
-    pub(super) fn count(&mut self, code: u8, bytes: u64, add: bool) {
-        let i = slot(code);
-        if add {
-            self.tensors[i] += 1;
-            self.bytes[i] += bytes;
-        } else {
-            self.tensors[i] = self.tensors[i].saturating_sub(1);
-            self.bytes[i] = self.bytes[i].saturating_sub(bytes);
-        }
-    }
-}
-
-/// Slots of the per-role arrays: the six roles a tensor can have, indexed by the role
-/// byte's low bits (masked, so no bounds check).
-const SLOTS: usize = 8;
-
-/// Per role: the tensors and bytes being counted by a sweep, and the split of the latest
-/// sweep (live tensors and bytes) with the temporaries (born since the latest iteration
-/// end and dead since), kept in the split handed to the analysis at iteration ends.
-#[derive(Debug)]
-pub(super) struct RoleTally {
-    counting: RoleCounts,
-    /// Records with an id from here on were born since the latest iteration end.
-    watermark: u64,
-    /// One entry per role, in role order (its roles never change, only the counts).
-    split: Vec<RoleBytes>,
-}
-
-impl Default for RoleTally {
-    fn default() -> Self {
-        RoleTally {
-            counting: RoleCounts::default(),
-            watermark: 0,
-            split: new_split(),
-        }
-    }
-}
-
-fn new_split() -> Vec<RoleBytes> {
-    (0..ROLES)
-        .map(|i| RoleBytes {
-            role: Role::from_index(i),
-            ..RoleBytes::default()
-        })
-        .collect()
-}
-
-impl RoleTally {
-    /// A live record of role `code` (its bytes are counted by [`RoleTally::bytes`], once
-    /// per storage).
-    #[inline]
-    pub(super) fn tensor(&mut self, code: u8) {
-        self.counting.tensors[slot(code)] += 1;
-    }
-
-    /// A live storage's bytes, for its owner's role.
-    #[inline]
-    pub(super) fn bytes(&mut self, code: u8, bytes: u64) {
-        self.counting.bytes[slot(code)] += bytes;
-    }
-
-    /// Adds counts kept elsewhere (the old records a partial sweep does not walk).
-    #[inline]
-    pub(super) fn add_counts(&mut self, counts: &RoleCounts) {
-        for i in 0..SLOTS {
-            self.counting.tensors[i] += counts.tensors[i];
-            self.counting.bytes[i] += counts.bytes[i];
-        }
-    }
-
-    /// Forgets the bytes counted so far in this sweep (its storages are claimed again).
-    pub(super) fn reset_bytes(&mut self) {
-        self.counting.bytes = [0; SLOTS];
-    }
-
-    /// A record found dead: a temporary if born since the latest iteration end.
-    #[inline]
-    pub(super) fn dead(&mut self, id: u64, code: u8, bytes: u64) {
-        if id >= self.watermark {
-            self.temporary(code, bytes);
-        }
-    }
-
-    /// A tensor born and dead since the latest iteration end.
-    #[inline]
-    pub(super) fn temporary(&mut self, code: u8, bytes: u64) {
-        if let Some(r) = self.split.get_mut(slot(code)) {
-            r.temporary_tensors += 1;
-            r.temporary_bytes += bytes;
-        }
-    }
-
-    /// The end of a sweep: what it counted becomes the live split.
-    #[inline]
-    pub(super) fn finish_sweep(&mut self) {
-        let counted = std::mem::take(&mut self.counting);
-        for (i, r) in self.split.iter_mut().enumerate() {
-            r.tensors = counted.tensors[i];
-            r.bytes = counted.bytes[i];
-        }
-    }
-
-    /// An iteration end: its split, one entry per role (give it back with
-    /// [`RoleTally::put_back`], which starts the temporaries over from `next_record`).
-    pub(super) fn iteration_end(&mut self) -> Vec<RoleBytes> {
-        std::mem::take(&mut self.split)
-    }
-
-    /// Takes back an iteration end's split (or makes a new one if it was changed); the
-    /// temporaries start over from `next_record`.
-    pub(super) fn put_back(&mut self, mut split: Vec<RoleBytes>, next_record: u64) {
-        if split.len() != ROLES {
-            split = new_split();
-        }
-        for r in &mut split {
-            r.temporary_tensors = 0;
-            r.temporary_bytes = 0;
-        }
-        self.split = split;
-        self.watermark = next_record;
-    }
-}
-
-/// The six roles a tensor can have (not `temporary`).
-const ROLES: usize = 6;
-
-#[inline]
-fn slot(code: u8) -> usize {
-    usize::from(code) & (SLOTS - 1)
 }
 
 #[cfg(test)]

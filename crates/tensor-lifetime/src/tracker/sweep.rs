@@ -1,10 +1,12 @@
 //! The sweep: at an iteration end (and before every query) one walk of the live records
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
-//! once per storage), tallies bytes per device and per role ([`super::roles`]), and
+//! once per storage), tallies bytes per device and per role ([`super::tally`]), and
 //! collects the survivors of the ending frame for [`super::holders`] to summarize by
-//! site.
+//! site. Which walk runs is [`Walk`]'s rule; what a walk does with each record it visits
+//! is [`Visit`]'s, the same for the exact walk (here) and the partial one
+//! ([`super::generations`]).
 //!
-//! # What an iteration end walks (issue 16)
+//! # What an iteration end walks
 //!
 //! - **Exact walk** (every live record): while at most `TENSOR_LIFETIME_EXACT_MAX` (16)
 //!   records are alive; at the end of an *outermost* iteration (a loop with no enclosing
@@ -24,7 +26,7 @@
 //!   the last sweep plus a bounded amount, whatever is alive.
 //! - **Running iterations**: a walk leaves young (or makes young again) the records born
 //!   in an iteration still running, but at an iteration end those of the loops enclosing
-//!   the ending one on its thread ([`super::loops::running_iterations`], [`Walk`]). So
+//!   the ending one on its thread ([`super::frames::running_iterations`], [`Walk`]). So
 //!   another thread's walk never turns this thread's temporaries old, and a nested loop's
 //!   close leaves its survivors young: the enclosing iteration's end walks them, and
 //!   finds the buffer an episode dropped dead instead of counting it from aggregates.
@@ -49,21 +51,11 @@
 use super::generations::Owner;
 use super::holders::{summarize_survivors, GraphInputs};
 use super::ingest::Pending;
-use super::{FastMap, Record, State};
+use super::registry::Record;
+use super::tally::{Devices, RoleTally};
+use super::{FastMap, State};
 use crate::device::DeviceId;
 use tensor_lifetime_report::event::{Event, HolderSpec, SiteSweep};
-
-/// Tracked bytes of one device.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct DeviceBytes {
-    pub(super) live: u64,
-    pub(super) peak: u64,
-    /// Live bytes being counted by a sweep.
-    pub(super) tally: u64,
-    /// Generational mode: the bytes the old records own, kept as they change (see
-    /// [`super::generations`]).
-    pub(super) old: u64,
-}
 
 /// A survivor of the ending frame, with what its summary reads of its record.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +94,80 @@ impl Survivor {
     }
 }
 
+/// What every walk does with a record it visits, exact or partial: a dead record is
+/// counted (its id kept for the log's event; a temporary of its role when born since the
+/// latest iteration end) and removed by the caller; a live one counts for its role and,
+/// when it owns its storage, for its device and role's bytes; the survivors of the
+/// ending frame are collected. Who owns a storage is the walk's to say: the exact walk
+/// claims storages, a partial one knows the owners from the latest full walk.
+pub(super) struct Visit<'a> {
+    /// The frame whose survivors are collected.
+    frame: Option<u64>,
+    /// The ids of the dead are kept (an event log is written).
+    log: bool,
+    /// Records found dead.
+    pub(super) dropped: u64,
+    dead: &'a mut Vec<u64>,
+    survivors: &'a mut Vec<Survivor>,
+    roles: &'a mut RoleTally,
+}
+
+impl<'a> Visit<'a> {
+    /// A walk collecting the survivors of `frame`, into the cleared buffers.
+    pub(super) fn new(
+        frame: Option<u64>,
+        log: bool,
+        dead: &'a mut Vec<u64>,
+        survivors: &'a mut Vec<Survivor>,
+        roles: &'a mut RoleTally,
+    ) -> Visit<'a> {
+        dead.clear();
+        survivors.clear();
+        Visit {
+            frame,
+            log,
+            dropped: 0,
+            dead,
+            survivors,
+            roles,
+        }
+    }
+
+    /// Whether `r` (with strong count `refcount`) is dead; a dead one is counted, as a
+    /// temporary of its role too when `temporary` (a young record may be one).
+    #[inline(always)]
+    pub(super) fn dead(&mut self, r: &Record, refcount: usize, temporary: bool) -> bool {
+        if refcount != 0 {
+            return false;
+        }
+        self.dropped += 1;
+        if temporary {
+            self.roles.dead(r.id, r.role, r.storage_bytes);
+        }
+        if self.log {
+            self.dead.push(r.id);
+        }
+        true
+    }
+
+    /// Live record `r` of `key` (with strong count `refcount`): its role's tensors, and
+    /// a survivor if it is the ending frame's.
+    #[inline(always)]
+    pub(super) fn live(&mut self, key: usize, r: &Record, refcount: usize) {
+        if Some(r.frame()) == self.frame {
+            self.survivors.push(Survivor::of(key, r, refcount));
+        }
+        self.roles.tensor(r.role);
+    }
+
+    /// `r` owns its storage: its bytes count for its device and role.
+    #[inline(always)]
+    pub(super) fn owns(&mut self, devices: &mut Devices, r: &Record) {
+        devices.count(r.device, r.storage_bytes);
+        self.roles.bytes(r.role, r.storage_bytes);
+    }
+}
+
 /// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
 /// iteration ends so that a steady loop allocates nothing there. Each is given back when
 /// it grew large ([`trim_vec`]), so steady-state memory stays the records alone.
@@ -123,14 +189,14 @@ pub(super) struct Scratch {
     pub(super) storages: FastMap<usize, Owner>,
     pub(super) merged: Vec<SiteSweep>,
     /// The running iterations whose records the sweep leaves young
-    /// ([`super::loops::running_iterations`]).
+    /// ([`super::frames::running_iterations`]).
     pub(super) running: Vec<(u32, u32)>,
     /// The event log's latest birth event, refilled for the next one.
     pub(super) born: Option<Event>,
 }
 
 impl Scratch {
-    pub(super) const KEEP: usize = 8192;
+    pub(super) const KEEP: usize = super::registry::KEEP;
 
     /// After a drain: a large drain's buffer is not kept (nor handed to a thread).
     pub(super) fn trim_drain(&mut self) {
@@ -184,7 +250,7 @@ impl Claim {
 }
 
 /// Why a sweep runs: whose survivors it summarizes, and which running iterations' records
-/// it may turn old ([`super::loops::running_iterations`]).
+/// it may turn old ([`super::frames::running_iterations`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Walk {
     /// The end of an iteration of `frame`: its records, and the running iterations of
@@ -209,8 +275,20 @@ impl Walk {
         }
     }
 
+    /// The frame whose iteration end walks partially, if this walk does: an inner
+    /// iteration end while records are old (`generational`). Every other walk is exact.
+    fn partial(self, generational: bool) -> Option<u64> {
+        match self {
+            Walk::End {
+                frame,
+                outermost: false,
+            } if generational => Some(frame),
+            _ => None,
+        }
+    }
+
     /// The innermost loop whose running iteration (and its enclosing loops') may turn old.
-    fn settled(self) -> Option<u64> {
+    pub(super) fn settled(self) -> Option<u64> {
         match self {
             Walk::End { frame, .. } => Some(frame),
             Walk::Close { settled } => Some(settled),
@@ -239,25 +317,20 @@ impl State {
     pub(super) fn build_claims(&mut self) {
         let claims = &mut self.claims;
         claims.clear();
-        claims.reserve(self.records.len());
-        let old = self.gens.iter().flat_map(|g| g.old.values());
-        for r in self.records.values().chain(old) {
+        claims.reserve(self.registry.len());
+        for r in self.registry.iter() {
             claim(claims, r);
         }
     }
 
     /// Counts the bytes of the claims per device (their `tally`); returns their total.
     fn tally_claims(&mut self) -> u64 {
-        for (_, d) in &mut self.devices {
-            d.tally = 0;
-        }
+        self.devices.start_count();
         self.roles.reset_bytes();
         let mut live_bytes = 0;
-        let mut device = None;
         for c in self.claims.values() {
             live_bytes += c.bytes;
-            let d = cached_device_index(&mut self.devices, &mut device, c.device);
-            self.devices[d].1.tally += c.bytes;
+            self.devices.count(c.device, c.bytes);
             self.roles.bytes(c.role, c.bytes);
         }
         live_bytes
@@ -267,19 +340,12 @@ impl State {
     /// outermost iteration end, a close or a query; otherwise partial (see the module
     /// docs).
     pub(super) fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
-        let frame = walk.frame();
-        if let (
-            Some(_),
-            Walk::End {
-                frame,
-                outermost: false,
-            },
-        ) = (&self.gens, walk)
-        {
-            return self.partial_sweep(frame, t_ns, log);
+        if let Some(frame) = walk.partial(self.gens.is_some()) {
+            return self.partial_sweep(walk, frame, t_ns, log);
         }
+        let frame = walk.frame();
         let (result, claimed) = self.exact_sweep(frame, t_ns, log);
-        if self.gens.is_some() || self.records.len() > self.exact_max {
+        if self.gens.is_some() || self.registry.len() > self.exact_max {
             if !claimed {
                 self.build_claims();
             }
@@ -301,10 +367,15 @@ impl State {
     /// Also returns whether the claims table now holds every live storage.
     fn exact_sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> (SweepResult, bool) {
         let total = self.live_len();
-        let (records, scratch, devices) = (&mut self.records, &mut self.scratch, &mut self.devices);
-        let roles = &mut self.roles;
-        scratch.dead.clear();
-        scratch.survivors.clear();
+        let (registry, scratch, devices) =
+            (&mut self.registry, &mut self.scratch, &mut self.devices);
+        let mut visit = Visit::new(
+            frame,
+            log,
+            &mut scratch.dead,
+            &mut scratch.survivors,
+            &mut self.roles,
+        );
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
         // hashed addresses shows it during the walk, each record then owns its storage,
@@ -320,62 +391,41 @@ impl State {
             c.reserve(total);
             Some(c)
         };
-        // Records come mostly from one device: its entry is looked up once per run of it.
-        let mut device = None;
-        // One pass: the dead are removed in place (no second lookup), counted, and their
-        // ids kept for the log's events.
-        let mut dropped = 0;
-        let mut visit = |key: &usize, r: &mut Record| {
+        // One pass: the dead are removed in place (no second lookup).
+        registry.retain(&mut |key: &usize, r: &mut Record| {
             let refcount = r.weak.strong_count();
-            if refcount == 0 {
-                dropped += 1;
-                roles.dead(r.id, r.role, r.storage_bytes);
-                if log {
-                    scratch.dead.push(r.id);
-                }
+            if visit.dead(r, refcount, true) {
                 return false;
             }
-            if Some(r.frame()) == frame {
-                scratch.survivors.push(Survivor::of(*key, r, refcount));
-            }
-            roles.tensor(r.role);
+            visit.live(*key, r, refcount);
             if let Some(c) = claims.as_deref_mut() {
                 claim(c, r);
             } else if let Some(bits) = distinct.as_mut() {
                 if bits.insert(r.storage) {
                     live_bytes += r.storage_bytes;
-                    let d = cached_device_index(devices, &mut device, r.device);
-                    devices[d].1.tally += r.storage_bytes;
-                    roles.bytes(r.role, r.storage_bytes);
+                    visit.owns(devices, r);
                 } else {
                     distinct = None;
                 }
             }
             true
-        };
-        records.retain(&mut visit);
-        if let Some(gens) = self.gens.as_mut() {
-            gens.old.retain_all(&mut visit);
-        }
-        self.note_drops(dropped, t_ns, log);
+        });
+        let dropped = visit.dropped;
+        self.note_drops(dropped, t_ns);
         let shared = !few || distinct.is_none();
         if !few {
             live_bytes = self.tally_claims();
         } else if shared {
             live_bytes = self.claim_storages();
         }
-        for (_, d) in &mut self.devices {
-            d.live = std::mem::take(&mut d.tally);
-            d.peak = d.peak.max(d.live);
-        }
+        self.devices.finish_count(false);
         self.roles.finish_sweep();
         summarize_survivors(
-            &self.records,
             &mut self.scratch,
             shared.then_some(&self.claims),
             GraphInputs {
                 made_from: &self.made_from,
-                old: self.gens.as_ref().map(|g| &g.old),
+                registry: &self.registry,
             },
         );
         self.prune_made_from(true);
@@ -389,19 +439,8 @@ impl State {
 
     /// Counts `dropped` records found dead (with a log, as events of the ids in
     /// `scratch.dead`).
-    pub(super) fn note_drops(&mut self, dropped: u64, t_ns: u64, log: bool) {
-        if log {
-            // The events count the drops in the analysis.
-            let mut dead = std::mem::take(&mut self.scratch.dead);
-            for id in dead.drain(..) {
-                self.emit(Event::Dropped { t_ns, tensor: id });
-            }
-            self.scratch.dead = dead;
-        } else {
-            for _ in 0..dropped {
-                self.analysis.note_dropped();
-            }
-        }
+    pub(super) fn note_drops(&mut self, dropped: u64, t_ns: u64) {
+        self.sink.drops(dropped, &mut self.scratch.dead, t_ns);
     }
 }
 
@@ -436,37 +475,5 @@ impl StorageBits {
         let new = self.0[word] & bit == 0;
         self.0[word] |= bit;
         new
-    }
-}
-
-/// [`device_index`] with the latest device looked up kept in `last`.
-#[inline]
-fn cached_device_index(
-    devices: &mut Vec<(DeviceId, DeviceBytes)>,
-    last: &mut Option<(DeviceId, usize)>,
-    device: DeviceId,
-) -> usize {
-    match *last {
-        Some((d, i)) if d == device => i,
-        _ => {
-            let i = device_index(devices, device);
-            *last = Some((device, i));
-            i
-        }
-    }
-}
-
-/// The index of `device` in `devices`, added in device order when first seen.
-pub(super) fn device_index(devices: &mut Vec<(DeviceId, DeviceBytes)>, device: DeviceId) -> usize {
-    match devices.iter().position(|(d, _)| *d >= device) {
-        Some(i) if devices[i].0 == device => i,
-        Some(i) => {
-            devices.insert(i, (device, DeviceBytes::default()));
-            i
-        }
-        None => {
-            devices.push((device, DeviceBytes::default()));
-            devices.len() - 1
-        }
     }
 }

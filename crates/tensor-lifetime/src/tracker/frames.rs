@@ -1,18 +1,20 @@
 //! Loop frames and leak-test sessions: opening a loop, its iterations' starts and ends
-//! (the end is where the sweep and the analysis run), closing it, and the primary loop
-//! that threads without a loop of their own (data loaders) lend their tensors to.
+//! (the end is where the sweep and the analysis run), closing it, the running iteration
+//! of each open frame (counted here, as its iteration ends are seen under the state
+//! lock), and the primary loop that threads without a loop of their own (data loaders)
+//! lend their tensors to.
 
 use super::local::{set_iteration, OpenLoop, LOCAL};
-use super::output::PrintedFinding;
+use super::registry::Record;
+use super::sink::PrintedFinding;
 use super::sweep::{trim_vec, Walk};
-use super::{FastMap, Record, State, Tracker};
+use super::{FastMap, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
 use crate::weak;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
-use tensor_lifetime_report::Analysis;
 
 /// An open loop frame, as the global state knows it.
 #[derive(Debug)]
@@ -21,6 +23,9 @@ pub(super) struct FrameState {
     pub(super) parent: Option<(u64, u64)>,
     pub(super) site: &'static Site,
     pub(super) started: Instant,
+    /// Its iterations that have ended: the index of the one running now (an iteration
+    /// end of iteration `i` makes it at least `i + 1`).
+    pub(super) ended: u64,
     /// The findings printed last (outermost frames): a report is printed when they
     /// change.
     pub(super) printed: Vec<PrintedFinding>,
@@ -184,6 +189,7 @@ impl Tracker {
                 parent,
                 site,
                 started: now,
+                ended: 0,
                 printed: Vec::new(),
             },
         );
@@ -192,7 +198,7 @@ impl Tracker {
         } else {
             site.label.to_string()
         };
-        st.emit(Event::LoopStart {
+        st.sink.emit(Event::LoopStart {
             t_ns,
             frame,
             site: site_id,
@@ -234,52 +240,30 @@ impl Tracker {
             let sweep = timed(HotPhase::Sweep, || {
                 st.sweep(Walk::End { frame, outermost }, t_ns, self.timed)
             });
+            if let Some(f) = st.frames.get_mut(&frame) {
+                f.ended = f.ended.max(iteration + 1);
+            }
             let duration_ns = t_ns.saturating_sub(started_ns);
             self.monitor_tick(&mut st, t_ns);
-            st.declare_call_paths();
+            st.sink.declare_call_paths();
             let mut roles = st.roles.iteration_end();
             timed(HotPhase::Analysis, || {
-                if st.log.is_some() {
-                    // The log lists the roles that have tensors.
-                    roles.retain(|r| r.tensors + r.temporary_tensors > 0);
-                    // The summaries go into the event and come back to the scratch
-                    // buffers, which keep their allocations for the next sweep.
-                    let event = Event::IterationEnd {
-                        t_ns,
-                        frame,
-                        iteration,
-                        duration_ns,
-                        live_tensors: sweep.live_tensors,
-                        live_bytes: sweep.live_bytes,
-                        sites: std::mem::take(&mut st.scratch.sites),
-                        roles,
-                    };
-                    st.emit_ref(&event);
-                    if let Event::IterationEnd { sites, roles, .. } = event {
-                        st.scratch.sites = sites;
-                        let next_record = st.next_record;
-                        st.roles.put_back(roles, next_record);
-                    }
-                    st.flush_log_at_iteration_end(t_ns, outermost);
-                } else {
-                    let State {
-                        analysis, scratch, ..
-                    } = &mut *st;
-                    analysis.note_iteration_end(
-                        frame,
-                        iteration,
-                        sweep.live_tensors,
-                        sweep.live_bytes,
-                        &scratch.sites,
-                        &mut roles,
-                    );
-                    let next_record = st.next_record;
-                    st.roles.put_back(roles, next_record);
-                }
+                let State { sink, scratch, .. } = &mut *st;
+                sink.iteration_end(
+                    (t_ns, duration_ns),
+                    frame,
+                    iteration,
+                    &sweep,
+                    &mut scratch.sites,
+                    &mut roles,
+                    outermost,
+                );
+                let next_record = st.next_record;
+                st.roles.put_back(roles, next_record);
             });
             trim_vec(&mut st.scratch.sites);
             if outermost {
-                self.auto_report(&mut st, frame, iteration, false);
+                st.auto_report(&self.config, frame, iteration, false);
             }
         });
     }
@@ -298,9 +282,7 @@ impl Tracker {
         let parent = st.frames.get(&frame).and_then(|f| f.parent);
         // Survivors of a nested loop now belong to the enclosing iteration.
         let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
-        let State { records, gens, .. } = &mut *st;
-        let old = gens.iter_mut().flat_map(|g| g.old.values_mut());
-        for r in records.values_mut().chain(old) {
+        for r in st.registry.iter_mut() {
             if r.frame() == frame {
                 r.frame = new_frame as u32;
                 r.iteration = new_iteration as u32;
@@ -320,19 +302,19 @@ impl Tracker {
             match grandparent {
                 None => gens.reframe(frame as u32, new_frame as u32, new_iteration as u32),
                 Some((settled, _)) => {
-                    let log = st.log.is_some();
+                    let log = st.sink.logs();
                     st.sweep(Walk::Close { settled }, t_ns, log);
                 }
             }
         }
-        st.emit(Event::LoopEnd {
+        st.sink.emit(Event::LoopEnd {
             t_ns,
             frame,
             iterations,
         });
-        st.flush_log();
+        st.sink.flush_log();
         if parent.is_none() {
-            self.auto_report(&mut st, frame, iterations, true);
+            st.auto_report(&self.config, frame, iterations, true);
         }
         st.frames.remove(&frame);
     }
@@ -355,20 +337,19 @@ impl Tracker {
 /// Another thread's exact walk makes them young again too, so this thread's next inner
 /// iteration end walks them once more: a cost no larger than that exact walk's.
 ///
-/// Which iteration of a frame runs is the count of its ended iterations that the analysis
-/// keeps (it sees every iteration end under the same lock): asking it costs the hot path
-/// nothing.
+/// Which iteration of a frame runs is [`FrameState::ended`], counted at its iteration
+/// ends under the state lock: asking it costs the hot path nothing.
 pub(super) fn running_iterations(
     frames: &FastMap<u64, FrameState>,
-    analysis: &Analysis,
     settled: Option<u64>,
     out: &mut Vec<(u32, u32)>,
 ) {
     out.clear();
-    out.extend(frames.keys().map(|&id| {
-        let running = analysis.iterations_ended(id).unwrap_or(0);
-        (id as u32, running.min(u64::from(u32::MAX)) as u32)
-    }));
+    out.extend(
+        frames
+            .iter()
+            .map(|(&id, f)| (id as u32, f.ended.min(u64::from(u32::MAX)) as u32)),
+    );
     let mut chain = settled;
     while let Some(c) = chain {
         out.retain(|e| e.0 != c as u32);
@@ -384,27 +365,13 @@ pub(super) fn born_running(running: &[(u32, u32)], r: &Record) -> bool {
         .any(|&(frame, iteration)| r.frame == frame && r.iteration >= iteration)
 }
 
-impl State {
-    /// Declares the call paths made since the last declaration (before a summary refers
-    /// to them): a `call_path` event each.
-    pub(super) fn declare_call_paths(&mut self) {
-        let count = crate::call_path::count();
-        while self.declared_paths < count {
-            self.declared_paths += 1;
-            let id = self.declared_paths;
-            let frames = crate::call_path::frames(id);
-            self.emit(Event::CallPath { id, frames });
-        }
-    }
-
+impl FrameState {
     /// `'epoch (file:line)`, or `at file:line` for a loop without a label.
-    pub(super) fn frame_label(&self, frame: u64) -> String {
-        match self.frames.get(&frame) {
-            Some(f) if !f.site.label.is_empty() => {
-                format!("{} ({})", f.site.label, f.site.location())
-            }
-            Some(f) => format!("at {}", f.site.location()),
-            None => "?".to_string(),
+    pub(super) fn label(&self) -> String {
+        if self.site.label.is_empty() {
+            format!("at {}", self.site.location())
+        } else {
+            format!("{} ({})", self.site.label, self.site.location())
         }
     }
 }
@@ -412,14 +379,9 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tensor_lifetime_report::Judgement;
 
     /// Loops 1 ⊃ 2 on one thread, 3 ⊃ 4 on another; `ended` iterations of each.
-    fn open(
-        analysis: &mut Analysis,
-        frames: &mut FastMap<u64, FrameState>,
-        loops: [(u64, Option<u64>, u64); 4],
-    ) {
+    fn open(frames: &mut FastMap<u64, FrameState>, loops: [(u64, Option<u64>, u64); 4]) {
         let site = crate::site!("loop");
         for (frame, parent, ended) in loops {
             frames.insert(
@@ -428,68 +390,33 @@ mod tests {
                     parent: parent.map(|p| (p, 0)),
                     site,
                     started: Instant::now(),
+                    ended,
                     printed: Vec::new(),
                 },
             );
-            analysis.apply(&Event::LoopStart {
-                t_ns: 0,
-                frame,
-                site: 1,
-                name: "loop".into(),
-                parent,
-                parent_iteration: parent.map(|_| 0),
-                thread: 1,
-                session: 0,
-                warmup: None,
-                window: None,
-            });
-            for iteration in 0..ended {
-                analysis.apply(&Event::IterationEnd {
-                    t_ns: 0,
-                    frame,
-                    iteration,
-                    duration_ns: 0,
-                    live_tensors: 0,
-                    live_bytes: 0,
-                    sites: Vec::new(),
-                    roles: Vec::new(),
-                });
-            }
         }
     }
 
-    fn running(
-        frames: &FastMap<u64, FrameState>,
-        analysis: &Analysis,
-        settled: Option<u64>,
-    ) -> Vec<(u32, u32)> {
+    fn running(frames: &FastMap<u64, FrameState>, settled: Option<u64>) -> Vec<(u32, u32)> {
         let mut out = Vec::new();
-        running_iterations(frames, analysis, settled, &mut out);
+        running_iterations(frames, settled, &mut out);
         out.sort_unstable();
         out
     }
 
     #[test]
     fn a_walk_leaves_young_the_running_iterations_but_those_it_settles() {
-        let mut analysis = Analysis::new(Judgement::default());
         let mut frames = FastMap::default();
         open(
-            &mut analysis,
             &mut frames,
             [(1, None, 0), (2, Some(1), 5), (3, None, 3), (4, Some(3), 1)],
         );
         // An iteration end of 2: its own and its enclosing loop's records may turn old;
         // the other thread's running iterations stay young.
-        assert_eq!(running(&frames, &analysis, Some(2)), [(3, 3), (4, 1)]);
+        assert_eq!(running(&frames, Some(2)), [(3, 3), (4, 1)]);
         // The close of a loop nested in 2: 2's running iteration stays young for its end.
-        assert_eq!(
-            running(&frames, &analysis, Some(1)),
-            [(2, 5), (3, 3), (4, 1)]
-        );
+        assert_eq!(running(&frames, Some(1)), [(2, 5), (3, 3), (4, 1)]);
         // A query settles nothing.
-        assert_eq!(
-            running(&frames, &analysis, None),
-            [(1, 0), (2, 5), (3, 3), (4, 1)]
-        );
+        assert_eq!(running(&frames, None), [(1, 0), (2, 5), (3, 3), (4, 1)]);
     }
 }

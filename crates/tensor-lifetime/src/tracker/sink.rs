@@ -1,0 +1,318 @@
+//! The sink: the one path from the tracker to the report crate. Every event goes through
+//! [`Sink::emit`] to the event log (`TENSOR_LIFETIME_LOG`, when one is written) and to the
+//! judgement ([`Analysis`]); the counts that need no event without a log (a temporary's
+//! birth, a drop, an iteration end's summaries) are handed to the analysis directly. The
+//! automatic reports (stderr, `TENSOR_LIFETIME_JSON`, `tracing`) and the reads of the
+//! judgement (reports, births, sites, call paths) are here too.
+
+use super::frames::FrameState;
+use super::sweep::SweepResult;
+use crate::config::{Config, ReportMode};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use tensor_lifetime_report::event::{Event, SiteSweep};
+use tensor_lifetime_report::report::SiteRef;
+use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
+
+/// The longest an inner iteration end's events wait in the log's buffer (50 ms).
+const LOG_FLUSH_EVERY_NS: u64 = 50_000_000;
+
+/// The event log and the judgement.
+pub(super) struct Sink {
+    analysis: Analysis,
+    log: Option<BufWriter<File>>,
+    /// Writing the log failed (said once on stderr).
+    log_error: bool,
+    /// When the log was last flushed at an inner iteration end (`t_ns`).
+    log_flushed_ns: u64,
+    /// Call paths declared to the analysis (and the log) so far: ids `1..=declared`.
+    declared_paths: u32,
+}
+
+/// What an automatic report printed of a finding: a new report is printed when this list
+/// changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PrintedFinding {
+    file: String,
+    line: u32,
+    kind: &'static str,
+    leak: bool,
+}
+
+impl Sink {
+    /// A sink writing `log` (if any).
+    pub(super) fn new(log: Option<BufWriter<File>>) -> Sink {
+        Sink {
+            analysis: Analysis::new(Judgement::default()),
+            log,
+            log_error: false,
+            log_flushed_ns: 0,
+            declared_paths: 0,
+        }
+    }
+
+    /// Creates the event log (`TENSOR_LIFETIME_LOG`) and writes its header; `None` without
+    /// one, or when it cannot be created (said once on stderr).
+    pub(super) fn open_log(config: &Config) -> Option<BufWriter<File>> {
+        let path = config.log.as_ref().filter(|_| config.enabled)?;
+        match File::create(path) {
+            Ok(file) => {
+                let mut w = BufWriter::with_capacity(1 << 16, file);
+                let started = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                let header = Event::rank_header(
+                    std::process::id(),
+                    started,
+                    config.rank.rank,
+                    config.rank.world_size,
+                    config.rank.host.clone(),
+                );
+                let _ = header.write_line(&mut w);
+                let _ = w.flush();
+                Some(w)
+            }
+            Err(e) => {
+                eprintln!(
+                    "tensor-lifetime: cannot create the event log {} (TENSOR_LIFETIME_LOG): {e}",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// An event log is written.
+    #[inline]
+    pub(super) fn logs(&self) -> bool {
+        self.log.is_some()
+    }
+
+    pub(super) fn emit(&mut self, event: Event) {
+        self.emit_ref(&event);
+    }
+
+    /// Writes `event` to the log and applies it to the analysis.
+    #[inline]
+    pub(super) fn emit_ref(&mut self, event: &Event) {
+        if let Some(w) = self.log.as_mut() {
+            if let Err(e) = event.write_line(w) {
+                if !self.log_error {
+                    eprintln!("tensor-lifetime: cannot write the event log: {e}");
+                    self.log_error = true;
+                }
+            }
+        }
+        self.analysis.apply(event);
+    }
+
+    pub(super) fn flush_log(&mut self) {
+        if let Some(w) = self.log.as_mut() {
+            let _ = w.flush();
+        }
+    }
+
+    /// At an iteration end at `t_ns`: the log is flushed at every outermost one, and at
+    /// an inner one when [`LOG_FLUSH_EVERY_NS`] have passed since the last flush there
+    /// (a write per inner step would cost a rollout's step more than the step itself).
+    fn flush_log_at_iteration_end(&mut self, t_ns: u64, outermost: bool) {
+        if outermost || t_ns.saturating_sub(self.log_flushed_ns) >= LOG_FLUSH_EVERY_NS {
+            self.log_flushed_ns = t_ns;
+            self.flush_log();
+        }
+    }
+
+    /// Declares the call paths made since the last declaration (before a summary refers
+    /// to them): a `call_path` event each.
+    pub(super) fn declare_call_paths(&mut self) {
+        let count = crate::call_path::count();
+        while self.declared_paths < count {
+            self.declared_paths += 1;
+            let id = self.declared_paths;
+            let frames = crate::call_path::frames(id);
+            self.emit(Event::CallPath { id, frames });
+        }
+    }
+
+    /// A first probe's tensor dropped before its drain, without a log (a temporary).
+    #[inline]
+    pub(super) fn born_dropped(
+        &mut self,
+        site: u32,
+        frame: Option<u64>,
+        iteration: u64,
+        bytes: u64,
+    ) {
+        self.analysis
+            .note_born_dropped(site, frame, iteration, bytes);
+    }
+
+    /// A first probe's tensor alive at its drain, without a log.
+    #[inline]
+    pub(super) fn born_alive(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
+        self.analysis.note_born_at(site, frame, iteration, bytes);
+    }
+
+    /// `dropped` records found dead; with a log, the `dropped` events of `ids`.
+    pub(super) fn drops(&mut self, dropped: u64, ids: &mut Vec<u64>, t_ns: u64) {
+        if self.logs() {
+            // The events count the drops in the analysis.
+            for id in ids.drain(..) {
+                self.emit(Event::Dropped { t_ns, tensor: id });
+            }
+        } else {
+            for _ in 0..dropped {
+                self.analysis.note_dropped();
+            }
+        }
+    }
+
+    /// The end of iteration `iteration` of `frame` (at `t_ns`, after `duration_ns`): the
+    /// sweep's counts, its summaries `sites` and the split by role `roles`. Both are
+    /// handed back, their allocations kept for the next sweep.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn iteration_end(
+        &mut self,
+        (t_ns, duration_ns): (u64, u64),
+        frame: u64,
+        iteration: u64,
+        sweep: &SweepResult,
+        sites: &mut Vec<SiteSweep>,
+        roles: &mut Vec<RoleBytes>,
+        outermost: bool,
+    ) {
+        if self.logs() {
+            // The log lists the roles that have tensors.
+            roles.retain(|r| r.tensors + r.temporary_tensors > 0);
+            // The summaries go into the event and come back to the caller's buffers.
+            let event = Event::IterationEnd {
+                t_ns,
+                frame,
+                iteration,
+                duration_ns,
+                live_tensors: sweep.live_tensors,
+                live_bytes: sweep.live_bytes,
+                sites: std::mem::take(sites),
+                roles: std::mem::take(roles),
+            };
+            self.emit_ref(&event);
+            if let Event::IterationEnd {
+                sites: s, roles: r, ..
+            } = event
+            {
+                *sites = s;
+                *roles = r;
+            }
+            self.flush_log_at_iteration_end(t_ns, outermost);
+        } else {
+            self.analysis.note_iteration_end(
+                frame,
+                iteration,
+                sweep.live_tensors,
+                sweep.live_bytes,
+                sites,
+                roles,
+            );
+        }
+    }
+
+    /// The report of every loop now.
+    pub(super) fn report(&self) -> Report {
+        self.analysis.report()
+    }
+
+    /// The report of `session`'s loops (`None`: every loop).
+    pub(super) fn report_for(&self, session: Option<u64>) -> Report {
+        self.analysis.report_for(session)
+    }
+
+    /// Tensors born at `site` so far.
+    pub(super) fn births(&self, site: u32) -> u64 {
+        self.analysis.births(site)
+    }
+
+    /// Site `id` as reports name it.
+    pub(super) fn site_ref(&self, id: u32) -> SiteRef {
+        match self.analysis.site(id) {
+            Some(info) => SiteRef::from(info),
+            None => SiteRef::default(),
+        }
+    }
+
+    /// The frames of call path `id` (declared).
+    pub(super) fn call_path(&self, id: u32) -> Vec<CallFrame> {
+        self.analysis.call_path(id).to_vec()
+    }
+
+    /// Prints / writes the report at the end of an outermost iteration of `frame` (when
+    /// the findings changed) and at the end of an outermost loop (`loop_end`).
+    pub(super) fn auto_report(
+        &self,
+        config: &Config,
+        frame: &mut FrameState,
+        iterations: u64,
+        loop_end: bool,
+    ) {
+        let report = self.analysis.report();
+        let printed: Vec<PrintedFinding> = report
+            .findings
+            .iter()
+            .map(|f| PrintedFinding {
+                file: f.site.file.clone(),
+                line: f.site.line,
+                kind: f.kind.as_str(),
+                leak: f.is_leak(),
+            })
+            .collect();
+        let changed = frame.printed != printed;
+        if !(changed || loop_end) {
+            return;
+        }
+        frame.printed = printed;
+        let started = frame.started;
+        if changed {
+            for f in report.leaks() {
+                tracing::warn!(
+                    target: "tensor_lifetime",
+                    kind = f.kind.as_str(),
+                    file = %f.site.file,
+                    line = f.site.line,
+                    label = %f.site.label,
+                    survivors = f.survivors,
+                    bytes = f.bytes,
+                    bytes_per_iteration = f.bytes_per_iteration,
+                    "tensor leak: `{}` at {}:{}",
+                    f.site.label,
+                    f.site.file,
+                    f.site.line
+                );
+            }
+        }
+        write_json(config, &report);
+        if config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end) {
+            let name = frame.label();
+            let when = if loop_end {
+                format!(
+                    "loop {name} ended after {} iterations in {:.2?}",
+                    iterations,
+                    started.elapsed()
+                )
+            } else {
+                format!("loop {name}, iteration {iterations} ended")
+            };
+            eprint!("tensor-lifetime: {when}\n{report}");
+        }
+    }
+}
+
+/// Writes `report` as the JSON report (`TENSOR_LIFETIME_JSON`), when one is asked for.
+pub(super) fn write_json(config: &Config, report: &Report) {
+    if let Some(path) = &config.json {
+        if let Err(e) = std::fs::write(path, report.to_json()) {
+            eprintln!(
+                "tensor-lifetime: cannot write {} (TENSOR_LIFETIME_JSON): {e}",
+                path.display()
+            );
+        }
+    }
+}
