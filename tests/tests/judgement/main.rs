@@ -1,0 +1,17 @@
+//! The judgement on the shapes of training code: what is a leak, what is retained, what
+//! churns, at which site, with which holder and bytes. The cases that train run one at a
+//! time ([`tensor_lifetime_tests::serial`]): tensors born on a loader thread with no loop
+//! of its own belong to the process's primary loop, whichever test opened it. A case
+//! that reads the whole process or sets the tracker's environment runs alone in a child
+//! process ([`tensor_lifetime_tests::process::alone`]).
+
+mod analysis_with_and_without_log;
+mod corpus;
+mod corpus_real_shapes;
+mod memory_by_role;
+mod memory_by_role_rollout;
+mod nested_three_deep;
+mod post_mortem;
+mod real_shapes;
+mod shape_churn;
+mod single_epoch;
