@@ -4,10 +4,10 @@
 //! it starts and its counts are the whole process's: each test runs alone in a child
 //! process of this binary ([`tensor_lifetime_tests::process::alone`]).
 
-mod clean_training;
-mod cuda_oom;
-mod cuda_training_clean;
-mod cuda_training_leaky;
-mod leaky_dataset;
-mod loss_accumulation;
-mod view_retention;
+pub mod clean_training;
+pub mod cuda_oom;
+pub mod cuda_training_clean;
+pub mod cuda_training_leaky;
+pub mod leaky_dataset;
+pub mod loss_accumulation;
+pub mod view_retention;

@@ -4,6 +4,6 @@
 //! of their own, so they can run side by side; one that reads the whole process runs alone
 //! in a child process ([`tensor_lifetime_tests::process::alone`]).
 
-mod call_paths;
-mod leak_test_attr;
-mod track_semantics;
+pub mod call_paths;
+pub mod leak_test_attr;
+pub mod track_semantics;

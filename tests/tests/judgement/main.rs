@@ -5,13 +5,13 @@
 //! that reads the whole process or sets the tracker's environment runs alone in a child
 //! process ([`tensor_lifetime_tests::process::alone`]).
 
-mod analysis_with_and_without_log;
-mod corpus;
-mod corpus_real_shapes;
-mod memory_by_role;
-mod memory_by_role_rollout;
-mod nested_three_deep;
-mod post_mortem;
-mod real_shapes;
-mod shape_churn;
-mod single_epoch;
+pub mod analysis_with_and_without_log;
+pub mod corpus;
+pub mod corpus_real_shapes;
+pub mod memory_by_role;
+pub mod memory_by_role_rollout;
+pub mod nested_three_deep;
+pub mod post_mortem;
+pub mod real_shapes;
+pub mod shape_churn;
+pub mod single_epoch;

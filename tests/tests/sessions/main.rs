@@ -2,5 +2,5 @@
 //! threads of one process, and each leak test must judge only the tensors born in its own
 //! session, whether its code runs a loop or not.
 
-mod loopless;
-mod parallel_sessions;
+pub mod loopless;
+pub mod parallel_sessions;

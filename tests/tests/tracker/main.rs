@@ -9,8 +9,8 @@ use tensor_lifetime_test_support::alloc::CountingAlloc;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-mod concurrent_tagging;
-mod handoff;
-mod long_run;
-mod memory;
-mod refcounts;
+pub mod concurrent_tagging;
+pub mod handoff;
+pub mod long_run;
+pub mod memory;
+pub mod refcounts;
