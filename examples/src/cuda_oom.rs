@@ -11,7 +11,7 @@
 //!
 //! On the CPU ([`Config::cpu`]) nothing runs out: the loop stops after a few steps with a
 //! stand-in for the CUDA error (a `candle_core::Error::Cuda` saying
-//! `CUDA_ERROR_OUT_OF_MEMORY`), which takes the same path (`tests/tests/example_cuda_oom.rs`).
+//! `CUDA_ERROR_OUT_OF_MEMORY`), which takes the same path (`tests/tests/examples/cuda_oom.rs`).
 
 use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};

@@ -1,5 +1,5 @@
 //! The tracker's own memory, measured with the counting global allocator of the test
-//! support crate (`bench_loops memory`, `tests/tests/tracker_memory.rs`): install it in a
+//! support crate (`bench_loops memory`, `tests/tests/tracker/memory.rs`): install it in a
 //! binary with `#[global_allocator] static ALLOC: CountingAlloc = CountingAlloc;` and read
 //! [`live_bytes`], or the two measurements both use: [`record_bytes`] and
 //! [`tracked_loop_heap`].

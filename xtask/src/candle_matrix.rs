@@ -9,7 +9,7 @@
 //! is not rebuilt), with its own target directory beside it, so candle is compiled once
 //! per release and reused. In each: the library crates build, the tracker's tests pass
 //! (`cargo test -p tensor-lifetime`: the layout self-test, storage bytes, the probe), and
-//! the four CPU examples' checks pass (`tests/tests/example_*.rs`: the leak found at the
+//! the four CPU examples' checks pass (`tests/tests/examples/`: the leak found at the
 //! right site, the clean examples clean).
 
 use crate::util::{self, run_cmd};
@@ -26,12 +26,12 @@ pub const VERSIONS: &[&str] = &["0.8.4", "0.9.1", "0.10.2", "0.11.1"];
 /// The release the `[patch.crates-io]` row copies.
 const PATCHED: &str = "0.9.1";
 
-/// The four CPU examples' checks.
+/// The four CPU examples' checks: modules of the `examples` test binary (test filters).
 const EXAMPLE_TESTS: &[&str] = &[
-    "example_leaky_dataset",
-    "example_loss_accumulation",
-    "example_view_retention",
-    "example_clean_training",
+    "leaky_dataset::",
+    "loss_accumulation::",
+    "view_retention::",
+    "clean_training::",
 ];
 
 /// What the workspace copy needs (no `target/`, no docs).
@@ -267,10 +267,16 @@ fn check(label: String, ws: &Path, target: &Path) -> Row {
         "tracker tests",
         cargo(&["test", "--release", "-p", "tensor-lifetime"]),
     ));
-    let mut examples = vec!["test", "--release", "-p", "tensor-lifetime-tests"];
-    for t in EXAMPLE_TESTS {
-        examples.extend(["--test", t]);
-    }
+    let mut examples = vec![
+        "test",
+        "--release",
+        "-p",
+        "tensor-lifetime-tests",
+        "--test",
+        "examples",
+        "--",
+    ];
+    examples.extend(EXAMPLE_TESTS);
     steps.push(("CPU examples", cargo(&examples)));
     let resolved = fs::read_to_string(ws.join("Cargo.lock"))
         .map(|l| candle_versions(&l).join(" + "))
