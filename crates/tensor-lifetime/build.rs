@@ -73,13 +73,32 @@ fn main() {
     }
     println!("cargo:rustc-env=TENSOR_LIFETIME_CANDLE_VERSION={version}");
     println!("cargo:rustc-env=TENSOR_LIFETIME_CANDLE_VERSIONS_IN_GRAPH={all}");
-    // The runtime message's advice: the feature of the other candle in the lock, if one.
-    let other = all
+    // The runtime message's advice: the feature of the other candle in the lock, when
+    // there is one; with several, the feature of each (the compat module's default
+    // sentence when there is none).
+    let others: Vec<&str> = all
         .split(',')
-        .find(|v| *v != version && *v != "unknown")
-        .map(|v| fix_for(v, "your crate"))
-        .unwrap_or_default();
-    println!("cargo:rustc-env=TENSOR_LIFETIME_CANDLE_FIX={other}");
+        .filter(|v| *v != version && *v != "unknown")
+        .collect();
+    let fix = match others.as_slice() {
+        [] => String::new(),
+        [other] => fix_for(other, "your crate"),
+        several => {
+            let each: Vec<String> = several
+                .iter()
+                .map(|v| match CANDLES.iter().find(|(_, m)| same_minor(v, m)) {
+                    Some((feature, _)) => format!("{v}: `{feature}`"),
+                    None => format!("{v}: not supported"),
+                })
+                .collect();
+            format!(
+                "Select your crate's candle-core minor with its feature ({}): {}.",
+                each.join(", "),
+                dependency_line("candle-0-N")
+            )
+        }
+    };
+    println!("cargo:rustc-env=TENSOR_LIFETIME_CANDLE_FIX={fix}");
 }
 
 fn enabled(feature: &str) -> bool {

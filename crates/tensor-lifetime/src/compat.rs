@@ -278,7 +278,7 @@ mod tests {
     #[test]
     fn the_message_names_the_feature_to_select() {
         // The workspace's lock holds one candle per minor (every optional dependency of a
-        // member is resolved), so the build script's sentence names one of the others.
+        // member is resolved), so the build script's sentence names the other ones'.
         let m = foreign_message("candle_core::tensor::Tensor");
         assert!(
             m.contains("chosen by a feature (`candle-0-11` by default)"),

@@ -4,7 +4,7 @@
 //! as that finding, at that line, and nothing else.
 
 use candle_core::{DType, Device, Result, Tensor};
-use candle_nn::{linear, Module, Optimizer, VarBuilder, VarMap, SGD};
+use candle_nn::{linear, Linear, Module, Optimizer, VarBuilder, VarMap, SGD};
 
 /// Keeps every step's tensor: a leak.
 #[tensor_lifetime::track]
@@ -39,14 +39,20 @@ fn kept_rows(device: &Device) -> Result<usize> {
     Ok(rows.len())
 }
 
+/// A linear layer and its optimizer (candle-nn).
+fn model(device: &Device) -> Result<(Linear, SGD)> {
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
+    let model = linear(16, 4, vb.pp("fc"))?;
+    let opt = SGD::new(varmap.all_vars(), 0.05)?;
+    Ok((model, opt))
+}
+
 /// Trains a linear layer with candle-nn, summing the loss without `detach`: the running
 /// total holds every step's autograd graph.
 #[tensor_lifetime::track]
 fn training(device: &Device) -> Result<f32> {
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
-    let model = linear(16, 4, vb.pp("fc"))?;
-    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let (model, mut opt) = model(device)?;
     let mut total = Tensor::zeros((), DType::F32, device)?;
     for step in 0..10 {
         let x = Tensor::ones((8, 16), DType::F32, device)?.affine(0.1, step as f64)?;
@@ -61,10 +67,7 @@ fn training(device: &Device) -> Result<f32> {
 /// The same training done right: no finding.
 #[tensor_lifetime::track]
 fn clean_training(device: &Device) -> Result<f32> {
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
-    let model = linear(16, 4, vb.pp("fc"))?;
-    let mut opt = SGD::new(varmap.all_vars(), 0.05)?;
+    let (model, mut opt) = model(device)?;
     let mut total = 0.0;
     for step in 0..10 {
         let x = Tensor::ones((8, 16), DType::F32, device)?.affine(0.1, step as f64)?;
