@@ -73,12 +73,12 @@
 // The selected candle-core, named `candle_core` in the whole crate (an `extern crate` at
 // the root joins the extern prelude). 0.11 is the dependency named `candle-core` itself.
 // None or several selected: the build script has already failed with the line to write.
+#[cfg(feature = "candle-0-10")]
+extern crate candle_core_0_10 as candle_core;
 #[cfg(feature = "candle-0-8")]
 extern crate candle_core_0_8 as candle_core;
 #[cfg(feature = "candle-0-9")]
 extern crate candle_core_0_9 as candle_core;
-#[cfg(feature = "candle-0-10")]
-extern crate candle_core_0_10 as candle_core;
 
 pub mod call_path;
 mod compat;
