@@ -2,15 +2,23 @@
 //! candle-core release, and against a path copy of one used through `[patch.crates-io]`
 //! (how forks and git revisions reach a user's graph).
 //!
-//! Each release has its own lockfile, `xtask/candle-matrix/<version>.lock` (made once from
-//! the workspace's `Cargo.lock` by `cargo update --precise`, committed, regenerated with
-//! `--update-locks`). A release is checked in a copy of the workspace,
-//! `target/candle-matrix/<version>/ws` (copied with timestamps kept, so an unchanged crate
-//! is not rebuilt), with its own target directory beside it, so candle is compiled once
-//! per release and reused. In each: the library crates build, the tracker's tests pass
-//! (`cargo test -p tensor-lifetime`: the layout self-test, storage bytes, the probe), and
-//! the four CPU examples' checks pass (`tests/tests/examples/`: the leak found at the
-//! right site, the clean examples clean).
+//! A release is checked in a copy of the workspace, `target/candle-matrix/<version>/ws`
+//! (copied with timestamps kept, so an unchanged crate is not rebuilt), with its own
+//! target directory beside it, so candle is compiled once per release and reused. The
+//! copy's root manifest asks for that release as a user's crate does: candle-core and
+//! candle-nn `=<version>` for the workspace's crates, tensor-lifetime with the feature of
+//! its minor (`candle-0-8` ...). Its lockfile, `xtask/candle-matrix/<version>.lock`, is the
+//! workspace's `Cargo.lock` re-resolved under that manifest (committed, remade with
+//! `--update-locks`). In each: the library crates build, the tracker's tests pass
+//! (`cargo test -p tensor-lifetime`: the layout self-test, storage bytes, the probe; the
+//! doc examples, which name candle `candle_core`, with 0.11 only), and the four CPU
+//! examples' checks pass (`tests/tests/examples/`: the leak found at the right site,
+//! the clean examples clean).
+
+// The same releases as a user's crate sees them (README's "Works with" lines); its own
+// file, declared here so that `main.rs` reaches it as `candle_matrix::user_crates`.
+#[path = "user_crates.rs"]
+pub mod user_crates;
 
 use crate::util::{self, run_cmd};
 use anyhow::{bail, Context, Result};
@@ -121,7 +129,41 @@ fn copy_workspace(ws: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The release's lockfile, made from the workspace's if missing (or `update`).
+/// The feature that selects a release's minor: `candle-0-9` for 0.9.1.
+fn feature_of(version: &str) -> String {
+    let minor = version.split('.').nth(1).unwrap_or("");
+    format!("candle-0-{minor}")
+}
+
+/// Pins the copy's root manifest to `version` (see the module docs).
+fn pin_manifest(ws: &Path, version: &str) -> Result<()> {
+    let path = ws.join("Cargo.toml");
+    let mut text = fs::read_to_string(&path)?;
+    let tensor_lifetime =
+        "tensor-lifetime = { path = \"crates/tensor-lifetime\", version = \"0.1.0\"";
+    let pins = [
+        ("candle-core = \">=0.8, <0.12\"", format!("candle-core = \"={version}\"")),
+        ("candle-nn = \">=0.8, <0.12\"", format!("candle-nn = \"={version}\"")),
+        (
+            tensor_lifetime,
+            format!(
+                "{tensor_lifetime}, default-features = false, features = [\"macros\", \"tracking\", \"{}\"]",
+                feature_of(version)
+            ),
+        ),
+    ];
+    for (from, to) in pins {
+        if !text.contains(from) {
+            bail!("{} has no `{from}` to pin", path.display());
+        }
+        text = text.replacen(from, &to, 1);
+    }
+    fs::write(&path, text)?;
+    Ok(())
+}
+
+/// The release's lockfile, made from the workspace's if missing (or `update`): Cargo
+/// re-resolves it under the pinned manifest, changing only what the pins require.
 fn ensure_lock(version: &str, ws: &Path, update: bool) -> Result<()> {
     let lock = lock_path(version);
     if lock.exists() && !update {
@@ -131,27 +173,23 @@ fn ensure_lock(version: &str, ws: &Path, update: bool) -> Result<()> {
     eprintln!("making {}", lock.display());
     fs::create_dir_all(lock.parent().expect("a folder"))?;
     fs::copy(util::root().join("Cargo.lock"), ws.join("Cargo.lock"))?;
-    let cargo = |args: &[&str]| {
-        let mut c = Command::new("cargo");
-        c.args(args).current_dir(ws);
-        run_cmd(&mut c)
-    };
-    if candle_versions(&fs::read_to_string(ws.join("Cargo.lock"))?) == [version] {
-        // The workspace's own release: its lockfile as it is.
-        fs::copy(ws.join("Cargo.lock"), &lock)?;
-        return Ok(());
-    }
-    cargo(&["update", "-p", "candle-nn", "--precise", version])?;
-    // candle-nn's release pins its candle-core; the workspace's requirement may still be
-    // met by the old one, so bring every other candle-core to the same release.
-    for other in candle_versions(&fs::read_to_string(ws.join("Cargo.lock"))?) {
-        if other != version {
-            let spec = format!("candle-core@{other}");
-            cargo(&["update", "-p", &spec, "--precise", version])?;
-        }
-    }
+    let mut c = Command::new("cargo");
+    c.args(["metadata", "--format-version", "1"])
+        .current_dir(ws)
+        .stdout(std::process::Stdio::null());
+    run_cmd(&mut c)?;
     fs::copy(ws.join("Cargo.lock"), &lock)?;
     Ok(())
+}
+
+/// The candle-cores of `version`'s minor a lockfile holds (the workspace's lock holds one
+/// per minor: every optional dependency of a member is resolved).
+fn resolved_of_minor(lock: &str, version: &str) -> Vec<String> {
+    let minor = |v: &str| v.rsplit_once('.').map(|(m, _)| m.to_string());
+    candle_versions(lock)
+        .into_iter()
+        .filter(|v| minor(v) == minor(version))
+        .collect()
 }
 
 /// Every candle-core version a lockfile holds.
@@ -173,6 +211,7 @@ pub fn prepare_workspace(version: &str, update_locks: bool) -> Result<PathBuf> {
     }
     let ws = matrix_dir().join(version).join("ws");
     copy_workspace(&ws)?;
+    pin_manifest(&ws, version)?;
     ensure_lock(version, &ws, update_locks)?;
     Ok(ws)
 }
@@ -196,6 +235,7 @@ fn check_patched(version: &str, update_locks: bool) -> Result<Row> {
     let dir = matrix_dir().join(format!("patch-{version}"));
     let ws = dir.join("ws");
     copy_workspace(&ws)?;
+    pin_manifest(&ws, version)?;
     ensure_lock(version, &ws, update_locks)?;
     let vendor = ws.join("vendor/candle-core");
     if !vendor.join("Cargo.toml").exists() {
@@ -219,7 +259,7 @@ fn check_patched(version: &str, update_locks: bool) -> Result<Row> {
 }
 
 /// The unpacked crates.io source of a package (fetched by the release's own check).
-fn registry_source(name: &str, version: &str) -> Result<PathBuf> {
+pub(crate) fn registry_source(name: &str, version: &str) -> Result<PathBuf> {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
@@ -263,10 +303,13 @@ fn check(label: String, ws: &Path, target: &Path) -> Row {
             "tensor-lifetime-report",
         ]),
     ));
-    steps.push((
-        "tracker tests",
-        cargo(&["test", "--release", "-p", "tensor-lifetime"]),
-    ));
+    let version = label.split(' ').next().unwrap_or("");
+    let feature = format!("macros,tracking,{}", feature_of(version));
+    let mut tracker = vec!["test", "--release", "-p", "tensor-lifetime"];
+    if feature_of(version) != "candle-0-11" {
+        tracker.extend(["--lib", "--no-default-features", "--features", &feature]);
+    }
+    steps.push(("tracker tests", cargo(&tracker)));
     let mut examples = vec![
         "test",
         "--release",
@@ -279,9 +322,9 @@ fn check(label: String, ws: &Path, target: &Path) -> Row {
     examples.extend(EXAMPLE_TESTS);
     steps.push(("CPU examples", cargo(&examples)));
     let resolved = fs::read_to_string(ws.join("Cargo.lock"))
-        .map(|l| candle_versions(&l).join(" + "))
+        .map(|l| resolved_of_minor(&l, version).join(" + "))
         .unwrap_or_else(|_| "?".into());
-    let expected = label.split(' ').next().unwrap_or("");
+    let expected = version;
     if resolved != expected {
         steps.push((
             "resolved",
@@ -299,7 +342,7 @@ fn check(label: String, ws: &Path, target: &Path) -> Row {
 
 fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| candle-core | resolved in Cargo.lock | build | tracker tests | CPU examples (4) |\n\
+        "| candle-core | resolved in Cargo.lock (its minor) | build | tracker tests | CPU examples (4) |\n\
          |---|---|---|---|---|\n",
     );
     for r in rows {
@@ -347,6 +390,8 @@ mod tests {
                     \n[[package]]\nname = \"candle-nn\"\nversion = \"0.8.4\"\n\
                     \n[[package]]\nname = \"candle-core\"\nversion = \"0.11.1\"\n";
         assert_eq!(candle_versions(lock), ["0.8.4", "0.11.1"]);
+        assert_eq!(resolved_of_minor(lock, "0.8.1"), ["0.8.4"]);
+        assert_eq!(feature_of("0.10.2"), "candle-0-10");
     }
 
     #[test]

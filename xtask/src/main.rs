@@ -74,6 +74,7 @@ fn main() -> Result<()> {
         "gpu-build" => gpu_build::run(&rest),
         "bench" => bench::run(&rest),
         "candle-matrix" => candle_matrix::run(&rest),
+        "user-crates" => candle_matrix::user_crates::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
         "layers" => layers::run(&rest),
         "help" | "-h" | "--help" => {

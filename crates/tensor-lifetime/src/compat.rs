@@ -17,15 +17,19 @@
 //! (the `impls` crate's trick; it works because the types are concrete here). The CUDA
 //! memory statistics reach the driver directly ([`crate::device`]), not through cudarc.
 //!
-//! The build script reads, for messages only, which candle-core this build resolved (from
-//! the `Cargo.lock` above the build directory); behaviour never depends on it.
+//! Which candle-core a build uses is chosen by a feature (`candle-0-8` to `candle-0-11`),
+//! because Cargo keeps one candle-core per minor and would not follow the user's; the
+//! crate root names the selected one `candle_core`. The build script checks the choice
+//! against the user's candle and reads which release was resolved (from `Cargo.lock`),
+//! for messages.
 //!
-//! # A candle outside the range
+//! # Another candle at run time
 //!
-//! Cargo keeps two candles in a graph when the user's is outside our range: theirs and
-//! ours. Their tensors then have a type this crate cannot see (same name, other type id),
-//! and tracking would find nothing. [`foreign_candle`] says so, once, at the first such
-//! tensor probed.
+//! When the build's candle is not the user's (a check the build script could not make:
+//! no `Cargo.lock` found for sure, a candle outside the range), their tensors have a type
+//! this crate cannot see (same name, other type id), and tracking would find nothing.
+//! [`foreign_candle`] says so, once, at the first such tensor probed, with the feature to
+//! select.
 
 use candle_core::{CpuStorage, DType, Storage, Tensor, Var, WithDType};
 use half::{bf16, f16};
@@ -42,6 +46,11 @@ pub(crate) const BUILT_WITH: &str = env!("TENSOR_LIFETIME_CANDLE_VERSION");
 
 /// Every candle-core version in that `Cargo.lock` (comma-separated).
 pub(crate) const IN_GRAPH: &str = env!("TENSOR_LIFETIME_CANDLE_VERSIONS_IN_GRAPH");
+
+/// What to do about another candle-core in that `Cargo.lock` (the build script's
+/// sentence: the feature of its minor, or that it is not supported); empty when it holds
+/// one candle or none was found.
+const FIX: &str = env!("TENSOR_LIFETIME_CANDLE_FIX");
 
 /// The candle-core this build uses, for messages: `candle-core 0.11.1`.
 pub(crate) fn candle_version() -> String {
@@ -185,13 +194,25 @@ fn foreign_message(type_name: &str) -> String {
     } else {
         String::new()
     };
+    let fix = if FIX.is_empty() {
+        "Select your candle-core's minor with its feature (candle-0-8, candle-0-9, \
+         candle-0-10, candle-0-11), e.g. for 0.9: tensor-lifetime = { ..., \
+         default-features = false, features = [\"macros\", \"tracking\", \"candle-0-9\"] }."
+    } else {
+        FIX
+    };
+    let version = if BUILT_WITH == "unknown" {
+        "VERSION"
+    } else {
+        BUILT_WITH
+    };
     format!(
         "error: tensor-lifetime: a `{type_name}` of another candle-core was probed, so its \
          tensors are not tracked and no leak can be found in them. tensor-lifetime was built \
-         with candle-core {BUILT_WITH}{graph}; it supports candle-core {SUPPORTED}. \
-         Make your crate and tensor-lifetime use one candle-core (`cargo tree -i candle-core` \
-         shows which crates pull in each; a candle in the supported range is shared \
-         automatically)."
+         with candle-core {BUILT_WITH}{graph}; it supports candle-core {SUPPORTED}, one minor \
+         per build, chosen by a feature (`candle-0-11` by default): Cargo does not share a \
+         candle-core of another minor. {fix} (`cargo tree -i candle-core@{version}` shows \
+         which crates use this build's.)"
     )
 }
 
@@ -252,6 +273,20 @@ mod tests {
         );
         assert!(m.contains(">=0.8, <0.12"), "{m}");
         assert!(m.contains("cargo tree -i candle-core"), "{m}");
+    }
+
+    #[test]
+    fn the_message_names_the_feature_to_select() {
+        // The workspace's lock holds one candle per minor (every optional dependency of a
+        // member is resolved), so the build script's sentence names the other ones'.
+        let m = foreign_message("candle_core::tensor::Tensor");
+        assert!(
+            m.contains("chosen by a feature (`candle-0-11` by default)"),
+            "{m}"
+        );
+        assert!(m.contains("default-features = false, features = ["), "{m}");
+        assert!(m.contains("\"candle-0-"), "{m}");
+        assert!(!m.contains("shared automatically"), "{m}");
     }
 
     #[test]

@@ -43,7 +43,14 @@
 //! - `macros` (default): `#[track]` and `#[leak_test]`.
 //! - `tracking` (default): the runtime. Without it every probe is a no-op and `#[track]`
 //!   expands to the item unchanged.
-//! - `cuda`: candle's CUDA backend and GPU memory statistics.
+//! - `candle-0-11` (default), `candle-0-10`, `candle-0-9`, `candle-0-8`: the candle-core
+//!   minor your crate uses, exactly one. Cargo keeps one candle-core per minor and picks
+//!   the newest for each requirement, so the feature asks for yours and Cargo shares it;
+//!   with another candle your tensors would be of a type this crate cannot see. For a
+//!   minor other than 0.11: `default-features = false, features = ["macros", "tracking",
+//!   "candle-0-9"]`. A build that selects none, several, or another minor than your
+//!   crate's candle-core fails with the line to write (`docs/candle-versions.md`).
+//! - `cuda`: the selected candle's CUDA backend and GPU memory statistics.
 //!
 //! # Modules
 //!
@@ -62,6 +69,16 @@
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
 
 #![deny(unsafe_code)]
+
+// The selected candle-core, named `candle_core` in the whole crate (an `extern crate` at
+// the root joins the extern prelude). 0.11 is the dependency named `candle-core` itself.
+// None or several selected: the build script has already failed with the line to write.
+#[cfg(feature = "candle-0-10")]
+extern crate candle_core_0_10 as candle_core;
+#[cfg(feature = "candle-0-8")]
+extern crate candle_core_0_8 as candle_core;
+#[cfg(feature = "candle-0-9")]
+extern crate candle_core_0_9 as candle_core;
 
 pub mod call_path;
 mod compat;
