@@ -2,7 +2,7 @@
 //! one definition: plain, and under `#[tensor_lifetime::track]`.
 //!
 //! 1. small-tensor loop: per step 200 x (randn 64x64, mul, tanh, add), the shape of the
-//!    PyTorch `_record_memory_history` measurement in DESIGN.md;
+//!    PyTorch `_record_memory_history` measurement made on the H200;
 //! 2. MLP training step with candle-nn: 784-512-10, batch 256, an SGD step;
 //! 3. rollout epoch: N inner steps, each making a few small tensors and keeping one in a
 //!    `Vec` until the epoch ends (a policy-gradient agent's observations, a replay
