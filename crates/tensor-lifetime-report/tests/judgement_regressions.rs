@@ -1,5 +1,5 @@
 //! Regressions of the judgement found by the reliability work (docs/reliability.md):
-//! false alarms of the reliability matrix (tests/tests/reliability_matrix.rs), reduced to
+//! false alarms of the reliability matrix (tests/tests/reliability/), reduced to
 //! the survivor counts that caused them, and event logs that made the reader panic.
 
 use tensor_lifetime_report::event::HolderSpec;

@@ -85,7 +85,7 @@ impl PrimaryLoop {
         let primary_session = self.session.load(Ordering::Relaxed);
         // A thread in a leak session of its own (a parallel leak test whose code runs no
         // loop) is not a loader of another session's loop: its tensors are not summarized
-        // there (tests/tests/reliability_sessions.rs).
+        // there (tests/tests/sessions/loopless.rs).
         if frame == 0
             || serial < self.watermark.load(Ordering::Relaxed)
             || (session != 0 && session != primary_session)
