@@ -142,8 +142,8 @@ fn pin_manifest(ws: &Path, version: &str) -> Result<()> {
     let tensor_lifetime =
         "tensor-lifetime = { path = \"crates/tensor-lifetime\", version = \"0.1.0\"";
     let pins = [
-        ("candle-core = \">=0.8, <0.12\"", format!("candle-core = \"={version}\"")),
-        ("candle-nn = \">=0.8, <0.12\"", format!("candle-nn = \"={version}\"")),
+        ("candle-core = \"0.11\"", format!("candle-core = \"={version}\"")),
+        ("candle-nn = \"0.11\"", format!("candle-nn = \"={version}\"")),
         (
             tensor_lifetime,
             format!(
