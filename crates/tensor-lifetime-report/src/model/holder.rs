@@ -1,7 +1,7 @@
 //! Who keeps a survivor alive: as the tracker sees it, by site id ([`HolderSpec`], in
 //! the event log), and as reports show it, by place ([`HolderRef`]).
 
-use super::location;
+use super::site::location;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

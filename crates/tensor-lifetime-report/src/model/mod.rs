@@ -7,6 +7,7 @@
 //! (the event log's and the report's fields, `docs/event-log.md`).
 
 mod dtype;
+mod fields;
 mod holder;
 pub mod post_mortem;
 pub mod roles;
@@ -18,7 +19,4 @@ pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
 pub use sweep::{MemorySample, SiteSweep};
 
-/// `skip_serializing_if` of the counts that a log leaves out when zero.
-pub(crate) fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
+pub(crate) use fields::is_zero;

@@ -5,8 +5,10 @@
 //! The tracker fills it (`tensor_lifetime::post_mortem()`); this crate gives it its JSON
 //! shape (also the `post_mortem` event of the log) and its text.
 
+use super::holder::HolderRef;
 use super::roles::{format_call_path, CallFrame, Role, RoleSplit};
-use super::{HolderRef, MemorySample, SiteRef};
+use super::site::SiteRef;
+use super::sweep::MemorySample;
 use crate::size::format_bytes;
 use crate::size::group_digits as group;
 use serde::{Deserialize, Serialize};

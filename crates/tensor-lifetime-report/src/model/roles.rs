@@ -39,7 +39,7 @@
 //! within the iteration was alive at its peak), and `temporary` says how much of that
 //! was temporary (a part of the other roles, not added to them).
 
-use super::is_zero;
+use super::fields::is_zero;
 use crate::size::{format_bytes, group_digits};
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,9 +1,9 @@
 //! What one iteration end measured: the survivors of each site ([`SiteSweep`]) and a
 //! device's memory ([`MemorySample`]).
 
-use super::is_zero;
+use super::fields::is_zero;
+use super::holder::HolderCount;
 use super::roles::Role;
-use super::HolderCount;
 use serde::{Deserialize, Serialize};
 
 /// What a sweep found about the survivors of one site within one loop frame.

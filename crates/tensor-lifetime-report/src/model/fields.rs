@@ -1,0 +1,6 @@
+//! Helpers of the serialized fields shared by the model's types.
+
+/// `skip_serializing_if` of the counts that a log leaves out when zero.
+pub(crate) fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
