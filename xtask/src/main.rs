@@ -6,6 +6,7 @@
 mod bench;
 mod candle_matrix;
 mod cuda_toolkit;
+mod doc_commands;
 mod gpu_build;
 mod layers;
 mod util;
@@ -49,7 +50,7 @@ tasks:
       lockfile (xtask/candle-matrix/VERSION.lock) in a copy of the workspace under
       target/candle-matrix/VERSION: build the library crates, run the tracker's tests and
       the four CPU examples' checks; then the same with a path copy of candle-core 0.9.1
-      used through [patch.crates-io]. Prints a table. CI runs `--only 0.8.4`.
+      used through [patch.crates-io]. Prints a table.
   layers [--graph]
       For each crate under crates/, read the module tree and every use between modules
       (`use` items, `crate::`/`super::`/`self::` paths in code and in macro tokens; not
@@ -58,6 +59,12 @@ tasks:
       module in no room fail, each named by file and line. Then check that the page names
       every source file (crates/*/src, examples/src, tests/src, xtask/src). Reports every
       problem. --graph: print the uses between rooms as tables instead.
+  doc-commands [--slow] [--only PAGE]...
+      Run the commands of README.md and docs/*.md (their ```sh blocks) in a clone of
+      HEAD, a page's blocks in order in one bash session, with this checkout's target/
+      and a temporary install root. Blocks marked `sh ci` must be lines of .ci/run,
+      `sh slow` run only with --slow, `sh gpu-host` on the GPU machine (not here).
+      Prints a table per page; fails with the output of a page whose commands fail.
   help
       This text.
 ";
@@ -77,6 +84,7 @@ fn main() -> Result<()> {
         "user-crates" => candle_matrix::user_crates::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
         "layers" => layers::run(&rest),
+        "doc-commands" => doc_commands::run(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())
