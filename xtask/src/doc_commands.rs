@@ -10,15 +10,16 @@
 //! - `ci`: the same command is a line of `.ci/run`, which CI runs: checked to be there.
 //!
 //! The blocks of one page run in order in one `bash -euo pipefail` session, so a page may
-//! make a file in one block and read it in the next. The session runs in a clone of the
-//! repository's `HEAD` (what a user gets), whose `target/` is a link to the checkout's (so
-//! dependencies are not compiled twice, and a page may name `target/release/..`), and a
+//! make a file in one block and read it in the next. The session runs in the repository's
+//! root, as a user types them after cloning (CI's checkout is a fresh clone), with a
 //! temporary `CARGO_INSTALL_ROOT` on `PATH` (a page's `cargo install` installs there, not
-//! into the user's `~/.cargo`). A page whose session fails fails the task, with its
-//! output.
+//! into the user's `~/.cargo`). The files and folders the commands leave that were not
+//! there before (`git ls-files --others --directory`) are removed afterwards. A page
+//! whose session fails fails the task, with its output.
 
 use crate::util::{self, flag_value};
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,24 +151,13 @@ pub fn run(args: &[String]) -> Result<()> {
         "tensor-lifetime-doc-commands-{}",
         std::process::id()
     ));
-    let _ = fs::remove_dir_all(&work);
-    let clone = work.join("clone");
-    fs::create_dir_all(&work)?;
-    util::run_cmd(
-        Command::new("git")
-            .args(["clone", "--quiet", "--no-hardlinks"])
-            .arg(&root)
-            .arg(&clone),
-    )?;
-    #[cfg(unix)]
-    std::os::unix::fs::symlink(root.join("target"), clone.join("target"))
-        .context("cannot link the clone's target/ to the checkout's")?;
     let install = work.join("install");
     let path = format!(
         "{}:{}",
         install.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    let before = untracked(&root)?;
 
     let mut problems = Vec::new();
     let mut rows = Vec::new();
@@ -207,8 +197,9 @@ pub fn run(args: &[String]) -> Result<()> {
             let out = Command::new("bash")
                 .arg("-c")
                 .arg(&script)
-                .current_dir(&clone)
-                .env_remove("CARGO_TARGET_DIR")
+                .current_dir(&root)
+                // `cargo install` builds in a temporary folder otherwise.
+                .env("CARGO_TARGET_DIR", root.join("target"))
                 .env("CARGO_INSTALL_ROOT", &install)
                 .env("PATH", &path)
                 .output()
@@ -241,6 +232,10 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("{r}");
     }
     let _ = fs::remove_dir_all(&work);
+    for left in untracked(&root)?.difference(&before) {
+        let p = root.join(left);
+        let _ = fs::remove_dir_all(&p).or_else(|_| fs::remove_file(&p));
+    }
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("error: {p}");
@@ -248,6 +243,25 @@ pub fn run(args: &[String]) -> Result<()> {
         bail!("doc-commands: {} problem(s)", problems.len());
     }
     Ok(())
+}
+
+/// The files and folders git does not track, folders as one entry (`target/`).
+fn untracked(root: &Path) -> Result<BTreeSet<String>> {
+    let out = Command::new("git")
+        .args(["ls-files", "--others", "--directory"])
+        .current_dir(root)
+        .output()
+        .context("cannot run git ls-files")?;
+    if !out.status.success() {
+        bail!(
+            "git ls-files failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
 }
 
 /// The last lines of an output, enough to see why it failed.

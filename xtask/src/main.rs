@@ -60,9 +60,9 @@ tasks:
       every source file (crates/*/src, examples/src, tests/src, xtask/src). Reports every
       problem. --graph: print the uses between rooms as tables instead.
   doc-commands [--slow] [--only PAGE]...
-      Run the commands of README.md and docs/*.md (their ```sh blocks) in a clone of
-      HEAD, a page's blocks in order in one bash session, with this checkout's target/
-      and a temporary install root. Blocks marked `sh ci` must be lines of .ci/run,
+      Run the commands of README.md and docs/*.md (their ```sh blocks) in the
+      repository's root, a page's blocks in order in one bash session, with a temporary
+      install root; what they leave that was not there before is removed. Blocks marked `sh ci` must be lines of .ci/run,
       `sh slow` run only with --slow, `sh gpu-host` on the GPU machine (not here).
       Prints a table per page; fails with the output of a page whose commands fail.
   help
