@@ -45,7 +45,7 @@ impl State {
     /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
     /// than one thread has probed.
     fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
-        let log = self.sink.logs();
+        let log = self.parts.sink.logs();
         // A tensor's first probe needs no lookup: no record of it can exist. Except when
         // several threads probe: a later probe of it, on the thread it was handed to, may
         // have been drained first and made the record (see `merge`).
@@ -79,15 +79,18 @@ impl State {
             _ => p.weak.upgrade(),
         };
         let Some(tensor) = tensor else {
-            self.sink.born_dropped(site, frame, iteration, p.bytes);
-            self.roles.temporary(p.role, p.bytes);
+            self.parts
+                .sink
+                .born_dropped(site, frame, iteration, p.bytes);
+            self.parts.roles.temporary(p.role, p.bytes);
             return;
         };
         let (view, storage) = (View::of(&tensor), Observed::of(&tensor));
         drop(tensor);
-        self.sink.born_alive(site, frame, iteration, p.bytes);
+        self.parts.sink.born_alive(site, frame, iteration, p.bytes);
         let key = p.weak.key();
-        self.registry
+        self.parts
+            .registry
             .insert(key, Record::of(p, id, site, view, storage));
     }
 
@@ -100,13 +103,13 @@ impl State {
     fn merge(&mut self, p: &mut Pending, log: bool) {
         let site = self.site_id(p.site);
         let key = p.weak.key();
-        if let Some(r) = self.registry.young_mut(key) {
+        if let Some(r) = self.parts.registry.young_mut(key) {
             roles::upgrade(&mut r.role, p.role);
             if p.store {
                 r.store = site;
                 let tensor = r.id;
                 if log {
-                    self.sink.emit(Event::Stored {
+                    self.parts.sink.emit(Event::Stored {
                         t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
                         tensor,
                         site,
@@ -114,7 +117,7 @@ impl State {
                 }
             } else if log && r.site != site {
                 let tensor = r.id;
-                self.sink.emit(Event::Alias { tensor, site });
+                self.parts.sink.emit(Event::Alias { tensor, site });
             }
             return;
         }
@@ -181,21 +184,22 @@ impl State {
             let _ = write!(device, "{}", view.device);
             *thread = u64::from(l.thread);
         }
-        self.sink.emit_ref(&born);
+        self.parts.sink.emit_ref(&born);
         self.born = Some(born);
         if p.store {
-            self.sink.emit(Event::Stored {
+            self.parts.sink.emit(Event::Stored {
                 t_ns,
                 tensor: id,
                 site,
             });
         }
         if alive {
-            self.registry
+            self.parts
+                .registry
                 .insert(key, Record::of(p, id, site, view, storage));
         } else {
-            self.sink.emit(Event::Dropped { t_ns, tensor: id });
-            self.roles.temporary(p.role, storage.storage_bytes);
+            self.parts.sink.emit(Event::Dropped { t_ns, tensor: id });
+            self.parts.roles.temporary(p.role, storage.storage_bytes);
         }
     }
 }
@@ -208,7 +212,7 @@ impl State {
         let store = p.store.then_some(site);
         let Some((first_site, tensor)) =
             self.sweeper
-                .probe_old(&mut self.registry, (key, p.serial), p.role, store)
+                .probe_old(&mut self.parts.registry, (key, p.serial), p.role, store)
         else {
             return false;
         };
@@ -216,13 +220,13 @@ impl State {
             return true;
         }
         if p.store {
-            self.sink.emit(Event::Stored {
+            self.parts.sink.emit(Event::Stored {
                 t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
                 tensor,
                 site,
             });
         } else if first_site != site {
-            self.sink.emit(Event::Alias { tensor, site });
+            self.parts.sink.emit(Event::Alias { tensor, site });
         }
         true
     }

@@ -6,7 +6,7 @@
 use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
 use super::probe::{set_iteration, OpenLoop, LOCAL};
-use super::sweep::Walk;
+use super::sweep::{Parts, Walk};
 use super::{monitor, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::site::Site;
@@ -64,7 +64,7 @@ impl Tracker {
             .unwrap_or_default();
         let mut st = self.state.lock();
         let site_id = st.site_id(site);
-        st.frames.insert(
+        st.parts.frames.insert(
             frame,
             FrameState {
                 parent,
@@ -79,7 +79,7 @@ impl Tracker {
         } else {
             site.label.to_string()
         };
-        st.sink.emit(Event::LoopStart {
+        st.parts.sink.emit(Event::LoopStart {
             t_ns,
             frame,
             site: site_id,
@@ -121,17 +121,17 @@ impl Tracker {
             let sweep = timed(HotPhase::Sweep, || {
                 st.sweep(Walk::End { frame, outermost }, t_ns, self.timed)
             });
-            if let Some(f) = st.frames.get_mut(&frame) {
+            if let Some(f) = st.parts.frames.get_mut(&frame) {
                 f.ended = f.ended.max(iteration + 1);
             }
             let duration_ns = t_ns.saturating_sub(started_ns);
-            let State { devices, sink, .. } = &mut *st;
+            let Parts { devices, sink, .. } = &mut st.parts;
             monitor::tick(devices, sink, t_ns);
-            st.sink.declare_call_paths();
-            let mut roles = st.roles.iteration_end();
+            st.parts.sink.declare_call_paths();
+            let mut roles = st.parts.roles.iteration_end();
             timed(HotPhase::Analysis, || {
-                let State { sink, sweeper, .. } = &mut *st;
-                sink.iteration_end(
+                let State { parts, sweeper, .. } = &mut *st;
+                parts.sink.iteration_end(
                     (t_ns, duration_ns),
                     frame,
                     iteration,
@@ -141,7 +141,7 @@ impl Tracker {
                     outermost,
                 );
                 let next_record = st.next_record;
-                st.roles.put_back(roles, next_record);
+                st.parts.roles.put_back(roles, next_record);
             });
             st.sweeper.trim_sites();
             if outermost {
@@ -161,10 +161,10 @@ impl Tracker {
         self.primary.close(frame);
         let mut st = self.state.lock();
         self.drain(&mut st);
-        let parent = st.frames.get(&frame).and_then(|f| f.parent);
+        let parent = st.parts.frames.get(&frame).and_then(|f| f.parent);
         // Survivors of a nested loop now belong to the enclosing iteration.
         let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
-        for r in st.registry.iter_mut() {
+        for r in st.parts.registry.iter_mut() {
             if r.frame() == frame {
                 r.frame = new_frame as u32;
                 r.iteration = new_iteration as u32;
@@ -178,7 +178,7 @@ impl Tracker {
         // records of that frame's running iteration (the closed loop's survivors among
         // them) young for that end to walk.
         let grandparent = parent
-            .and_then(|(p, _)| st.frames.get(&p))
+            .and_then(|(p, _)| st.parts.frames.get(&p))
             .and_then(|f| f.parent);
         if st.sweeper.generational() {
             match grandparent {
@@ -186,21 +186,21 @@ impl Tracker {
                     .sweeper
                     .reframe(frame as u32, new_frame as u32, new_iteration as u32),
                 Some((settled, _)) => {
-                    let log = st.sink.logs();
+                    let log = st.parts.sink.logs();
                     st.sweep(Walk::Close { settled }, t_ns, log);
                 }
             }
         }
-        st.sink.emit(Event::LoopEnd {
+        st.parts.sink.emit(Event::LoopEnd {
             t_ns,
             frame,
             iterations,
         });
-        st.sink.flush_log();
+        st.parts.sink.flush_log();
         if parent.is_none() {
             st.auto_report(&self.config, frame, iterations, true);
         }
-        st.frames.remove(&frame);
+        st.parts.frames.remove(&frame);
     }
 
     /// Notes that `t`, about to be tagged, was computed from `inputs`: only for a tensor
@@ -211,6 +211,6 @@ impl Tracker {
         if !t.track_op() || t.is_variable() || weak::weak_count(t) != 0 {
             return;
         }
-        self.state.lock().made_from.note(Input::of(t), inputs);
+        self.state.lock().parts.made_from.note(Input::of(t), inputs);
     }
 }

@@ -94,7 +94,7 @@ pub(crate) use roles::hint as role_hint;
 use crate::config::Config;
 use crate::site::Site;
 use crate::weak;
-use frames::{FrameState, SessionJudgement};
+use frames::SessionJudgement;
 use keep::FastMap;
 use parking_lot::Mutex;
 use probe::{Pending, PrimaryLoop};
@@ -178,23 +178,15 @@ pub(crate) fn failure() -> Option<String> {
 /// What the global lock guards: the registry of records, the sites, the open frames,
 /// the tallies, the sink (judgement and event log) and the walks' state. Each part's
 /// owner keeps its own invariants; the root lends them to each other
-/// ([`State::sweep`]).
+/// ([`State::sweep`] lends [`sweep::Parts`] to the walks).
 struct State {
     sites: Vec<&'static Site>,
-    /// Every live record, young and old.
-    registry: registry::Registry,
     next_record: u64,
-    frames: FastMap<u64, FrameState>,
-    /// Tracked bytes per device.
-    devices: tally::Devices,
-    /// Tracked tensors and bytes per role, and the temporaries of the iteration.
-    roles: RoleTally,
-    /// The event log and the judgement: everything that leaves the tracker.
-    sink: sink::Sink,
+    /// The registry, the open frames, the tallies, the inputs and the sink: kept
+    /// together, to be lent to the walks in one piece.
+    parts: Parts,
     /// The walks: claims, the old records' aggregates, their working buffers.
     sweeper: Sweeper,
-    /// The inputs the macro saw tensors with an autograd op computed from.
-    made_from: inputs::MadeFrom,
     /// Probes taken from the threads' buffers (kept for its capacity).
     drained: Vec<Pending>,
     /// The event log's latest birth event, refilled for the next one.
@@ -265,14 +257,16 @@ impl State {
     fn new(log: Option<BufWriter<File>>, exact_max: usize) -> State {
         State {
             sites: Vec::new(),
-            registry: registry::Registry::default(),
             next_record: 1,
-            frames: FastMap::default(),
-            devices: tally::Devices::default(),
-            roles: RoleTally::default(),
-            sink: sink::Sink::new(log),
+            parts: Parts {
+                registry: registry::Registry::default(),
+                frames: FastMap::default(),
+                devices: tally::Devices::default(),
+                roles: RoleTally::default(),
+                sink: sink::Sink::new(log),
+                made_from: inputs::MadeFrom::default(),
+            },
             sweeper: Sweeper::new(exact_max),
-            made_from: inputs::MadeFrom::default(),
             drained: Vec::new(),
             born: None,
         }
@@ -296,7 +290,7 @@ impl State {
         self.sites.push(site);
         let id = self.sites.len() as u32;
         site.set_id(id);
-        self.sink.emit(Event::Site {
+        self.parts.sink.emit(Event::Site {
             id,
             info: site.info(),
         });
@@ -306,30 +300,12 @@ impl State {
     /// The sweep `walk` at `t_ns` (`log`: an event log is written), with the parts it
     /// works on lent to the walks ([`Sweeper::sweep`]).
     fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
-        let State {
-            registry,
-            frames,
-            devices,
-            roles,
-            sink,
-            sweeper,
-            made_from,
-            ..
-        } = self;
-        let mut parts = Parts {
-            registry,
-            devices,
-            roles,
-            made_from,
-            frames,
-            sink,
-        };
-        sweeper.sweep(walk, t_ns, log, &mut parts)
+        self.sweeper.sweep(walk, t_ns, log, &mut self.parts)
     }
 
     /// The automatic report at an iteration end or the end of outermost loop `frame`.
     fn auto_report(&mut self, config: &Config, frame: u64, iterations: u64, loop_end: bool) {
-        let State { sink, frames, .. } = self;
+        let Parts { sink, frames, .. } = &mut self.parts;
         if let Some(fs) = frames.get_mut(&frame) {
             sink.auto_report(
                 config,

@@ -123,9 +123,17 @@ impl Sink {
     }
 
     /// Declares the call paths made since the last declaration (before a summary refers
-    /// to them): a `call_path` event each.
+    /// to them): a `call_path` event each. Inlined: at most iteration ends none is new.
+    #[inline]
     pub(super) fn declare_call_paths(&mut self) {
         let count = crate::call_path::count();
+        if self.declared_paths < count {
+            self.declare_paths_to(count);
+        }
+    }
+
+    #[cold]
+    fn declare_paths_to(&mut self, count: u32) {
         while self.declared_paths < count {
             self.declared_paths += 1;
             let id = self.declared_paths;
@@ -171,6 +179,7 @@ impl Sink {
     /// sweep's counts (`live_tensors`, `live_bytes`), its summaries `sites` and the split
     /// by role `roles`. Both are handed back, their allocations kept for the next sweep.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(super) fn iteration_end(
         &mut self,
         (t_ns, duration_ns): (u64, u64),

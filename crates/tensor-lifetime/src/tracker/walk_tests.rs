@@ -33,9 +33,10 @@ fn add(
     if let Some(s) = storage {
         r.storage = s;
     }
-    st.sink
+    st.parts
+        .sink
         .born_alive(site, Some(u64::from(frame)), u64::from(iteration), BYTES);
-    st.registry.insert(key, r);
+    st.parts.registry.insert(key, r);
     id
 }
 
@@ -65,9 +66,9 @@ fn a_dead_record_is_removed_and_counted() {
     ts.remove(1);
     let res = st.sweep(Walk::Query, 0, false);
     assert_eq!((res.live_tensors, res.live_bytes), (2, 2 * BYTES));
-    assert_eq!(st.registry.len(), 2);
+    assert_eq!(st.parts.registry.len(), 2);
     // The drop is counted in the judgement's live tensors.
-    assert_eq!(st.sink.report().live_tensors, 2);
+    assert_eq!(st.parts.sink.report().live_tensors, 2);
 }
 
 #[test]
@@ -125,7 +126,7 @@ fn a_partial_walk_of_old_records_says_what_an_exact_walk_says() {
     }
     st.sweep(Walk::Query, 0, false);
     assert!(st.sweeper.generational());
-    assert_eq!(st.registry.old_len(), 6);
+    assert_eq!(st.parts.registry.old_len(), 6);
     // One dies; a young record of the frame is made.
     ts.remove(0);
     let young = tensor();

@@ -137,7 +137,7 @@ impl Sweeper {
     /// `settled` does not let turn old ([`running_iterations`]), which are
     /// young again if they were old; the aggregates are rebuilt from the records. A full
     /// walk that found few records goes back to exact sweeps.
-    pub(super) fn rebuild_generations(&mut self, settled: Option<u64>, p: &mut Parts<'_>) {
+    pub(super) fn rebuild_generations(&mut self, settled: Option<u64>, p: &mut Parts) {
         let total = p.registry.len();
         // A full walk that finds half the threshold or fewer goes back to exact sweeps.
         if total <= self.exact_max / 2 {
@@ -171,7 +171,7 @@ impl Sweeper {
         // Those with an autograd op stay young (their graphs are walked at every sweep),
         // and so do those born in a running iteration.
         let mut running = std::mem::take(&mut self.scratch.running);
-        running_iterations(p.frames, settled, &mut running);
+        running_iterations(&p.frames, settled, &mut running);
         let mut stay = std::mem::take(&mut self.scratch.promote);
         p.registry
             .turn_old_unless(|r| r.has_graph || born_running(&running, r), &mut stay);
@@ -185,7 +185,7 @@ impl Sweeper {
         for r in p.registry.old_iter_mut() {
             r.owns = owns(&self.claims, r);
             let refcount = r.weak.strong_count() as u64;
-            gens.count(p.devices, r, true, refcount);
+            gens.count(&mut p.devices, r, true, refcount);
         }
         p.registry.trim_young(true);
     }
@@ -200,7 +200,7 @@ impl Sweeper {
         frame: u64,
         t_ns: u64,
         log: bool,
-        p: &mut Parts<'_>,
+        p: &mut Parts,
     ) -> SweepResult {
         let Sweeper { scratch, gens, .. } = self;
         let Parts {
@@ -304,11 +304,11 @@ impl Sweeper {
         let live_bytes = devices.finish_count(true);
         p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
         let inputs = holders::GraphInputs {
-            made_from: p.made_from,
-            registry: p.registry,
+            made_from: &p.made_from,
+            registry: &p.registry,
         };
         holders::summarize_survivors(&mut self.scratch, None, inputs);
-        p.made_from.prune(p.registry, false);
+        p.made_from.prune(&p.registry, false);
         self.merge_aggregates(frame as u32);
         self.scratch.trim_sweep();
         SweepResult {

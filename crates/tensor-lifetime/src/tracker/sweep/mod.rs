@@ -293,17 +293,18 @@ pub(in crate::tracker) struct SweepResult {
     pub(in crate::tracker) live_bytes: u64,
 }
 
-/// What a walk works on besides its own state: the tracker's other parts, lent by the
-/// root for one walk.
-pub(in crate::tracker) struct Parts<'a> {
-    pub(in crate::tracker) registry: &'a mut Registry,
-    pub(in crate::tracker) devices: &'a mut Devices,
-    pub(in crate::tracker) roles: &'a mut RoleTally,
-    pub(in crate::tracker) made_from: &'a mut MadeFrom,
+/// What a walk works on besides its own state: the tracker's other parts, which the
+/// root keeps together (each with its own invariants) and lends to a walk in one piece
+/// (one pointer on the iteration end's path).
+pub(in crate::tracker) struct Parts {
+    pub(in crate::tracker) registry: Registry,
+    pub(in crate::tracker) devices: Devices,
+    pub(in crate::tracker) roles: RoleTally,
+    pub(in crate::tracker) made_from: MadeFrom,
     /// The open frames (their running iterations).
-    pub(in crate::tracker) frames: &'a FastMap<u64, FrameState>,
+    pub(in crate::tracker) frames: FastMap<u64, FrameState>,
     /// Where the records found dead are counted.
-    pub(in crate::tracker) sink: &'a mut Sink,
+    pub(in crate::tracker) sink: Sink,
 }
 
 /// The walks' own state: the storage claims, the aggregates of the old records
@@ -353,8 +354,8 @@ impl Sweeper {
     /// [`Sweeper::tally_claims`]. Out of line: a sweep of a few records needs it only
     /// when the bitmap of their storages had a collision.
     #[inline(never)]
-    fn claim_storages(&mut self, p: &mut Parts<'_>) -> u64 {
-        self.build_claims(p.registry);
+    fn claim_storages(&mut self, p: &mut Parts) -> u64 {
+        self.build_claims(&p.registry);
         self.tally_claims(p)
     }
 
@@ -369,7 +370,7 @@ impl Sweeper {
     }
 
     /// Counts the bytes of the claims per device (their `tally`); returns their total.
-    fn tally_claims(&mut self, p: &mut Parts<'_>) -> u64 {
+    fn tally_claims(&mut self, p: &mut Parts) -> u64 {
         p.devices.start_count();
         p.roles.reset_bytes();
         let mut live_bytes = 0;
@@ -389,7 +390,7 @@ impl Sweeper {
         walk: Walk,
         t_ns: u64,
         log: bool,
-        p: &mut Parts<'_>,
+        p: &mut Parts,
     ) -> SweepResult {
         if let Some(frame) = walk.partial(self.gens.is_some()) {
             return self.partial_sweep(walk, frame, t_ns, log, p);
@@ -398,7 +399,7 @@ impl Sweeper {
         let (result, claimed) = self.exact_sweep(frame, t_ns, log, p);
         if self.gens.is_some() || p.registry.len() > self.exact_max {
             if !claimed {
-                self.build_claims(p.registry);
+                self.build_claims(&p.registry);
             }
             self.rebuild_generations(walk.settled(), p);
         }
@@ -421,16 +422,16 @@ impl Sweeper {
         frame: Option<u64>,
         t_ns: u64,
         log: bool,
-        p: &mut Parts<'_>,
+        p: &mut Parts,
     ) -> (SweepResult, bool) {
         let total = p.registry.len();
-        let (registry, scratch, devices) = (&mut *p.registry, &mut self.scratch, &mut *p.devices);
+        let (registry, scratch, devices) = (&mut p.registry, &mut self.scratch, &mut p.devices);
         let mut visit = Visit::new(
             frame,
             log,
             &mut scratch.dead,
             &mut scratch.survivors,
-            &mut *p.roles,
+            &mut p.roles,
         );
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
@@ -480,11 +481,11 @@ impl Sweeper {
             &mut self.scratch,
             shared.then_some(&self.claims),
             GraphInputs {
-                made_from: p.made_from,
-                registry: p.registry,
+                made_from: &p.made_from,
+                registry: &p.registry,
             },
         );
-        p.made_from.prune(p.registry, true);
+        p.made_from.prune(&p.registry, true);
         self.scratch.trim_sweep();
         let result = SweepResult {
             live_tensors: p.registry.len() as u64,
