@@ -58,6 +58,7 @@ impl Devices {
     }
 
     /// Adds (`add` true) or takes the `bytes` an old record owns on `device`.
+    #[inline]
     pub(super) fn old(&mut self, device: DeviceId, bytes: u64, add: bool) {
         let i = self.index(device);
         let old = &mut self.list[i].1.old;
@@ -241,12 +242,14 @@ impl RoleTally {
 
     /// An iteration end: its split, one entry per role (give it back with
     /// [`RoleTally::put_back`], which starts the temporaries over from `next_record`).
+    #[inline]
     pub(super) fn iteration_end(&mut self) -> Vec<RoleBytes> {
         std::mem::take(&mut self.split)
     }
 
     /// Takes back an iteration end's split (or makes a new one if it was changed); the
     /// temporaries start over from `next_record`.
+    #[inline]
     pub(super) fn put_back(&mut self, mut split: Vec<RoleBytes>, next_record: u64) {
         if split.len() != ROLES {
             split = new_split();

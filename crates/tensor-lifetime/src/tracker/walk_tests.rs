@@ -33,9 +33,10 @@ fn add(
     if let Some(s) = storage {
         r.storage = s;
     }
-    st.sink
+    st.parts
+        .sink
         .born_alive(site, Some(u64::from(frame)), u64::from(iteration), BYTES);
-    st.registry.insert(key, r);
+    st.parts.registry.insert(key, r);
     id
 }
 
@@ -47,11 +48,11 @@ fn end(frame: u64) -> Walk {
 }
 
 fn summary(st: &State, site: u32) -> &SiteSweep {
-    st.scratch
-        .sites
+    st.sweeper
+        .sites()
         .iter()
         .find(|s| s.site == site)
-        .unwrap_or_else(|| panic!("no summary of site {site}: {:?}", st.scratch.sites))
+        .unwrap_or_else(|| panic!("no summary of site {site}: {:?}", st.sweeper.sites()))
 }
 
 #[test]
@@ -65,9 +66,9 @@ fn a_dead_record_is_removed_and_counted() {
     ts.remove(1);
     let res = st.sweep(Walk::Query, 0, false);
     assert_eq!((res.live_tensors, res.live_bytes), (2, 2 * BYTES));
-    assert_eq!(st.registry.len(), 2);
+    assert_eq!(st.parts.registry.len(), 2);
     // The drop is counted in the judgement's live tensors.
-    assert_eq!(st.sink.report().live_tensors, 2);
+    assert_eq!(st.parts.sink.report().live_tensors, 2);
 }
 
 #[test]
@@ -104,7 +105,7 @@ fn the_survivors_of_the_ending_frame_are_summarized_and_no_others() {
     add(&mut st, &ts[3], 2, 2, 0, None);
     add(&mut st, &ts[4], 3, 0, 0, None);
     st.sweep(end(1), 0, false);
-    let sites: Vec<u32> = st.scratch.sites.iter().map(|s| s.site).collect();
+    let sites: Vec<u32> = st.sweeper.sites().iter().map(|s| s.site).collect();
     assert_eq!(sites, [1]);
     let s = summary(&st, 1);
     assert_eq!((s.survivors, s.iterations, s.bytes), (3, 2, 3 * BYTES));
@@ -112,7 +113,7 @@ fn the_survivors_of_the_ending_frame_are_summarized_and_no_others() {
     assert_eq!(s.holders[0].holder, HolderSpec::Unknown);
     // A query summarizes no frame.
     st.sweep(Walk::Query, 0, false);
-    assert!(st.scratch.sites.is_empty());
+    assert!(st.sweeper.sites().is_empty());
 }
 
 #[test]
@@ -124,8 +125,8 @@ fn a_partial_walk_of_old_records_says_what_an_exact_walk_says() {
         add(&mut st, t, 1, 1, i as u32, None);
     }
     st.sweep(Walk::Query, 0, false);
-    assert!(st.gens.is_some());
-    assert_eq!(st.registry.old_len(), 6);
+    assert!(st.sweeper.generational());
+    assert_eq!(st.parts.registry.old_len(), 6);
     // One dies; a young record of the frame is made.
     ts.remove(0);
     let young = tensor();
