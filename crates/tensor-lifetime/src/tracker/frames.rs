@@ -4,17 +4,23 @@
 //! lock), and the primary loop that threads without a loop of their own (data loaders)
 //! lend their tensors to.
 
-use super::local::{set_iteration, OpenLoop, LOCAL};
+use super::local::{in_session, set_iteration, OpenLoop, LOCAL};
+use super::monitor::on as monitor_on;
 use super::registry::Record;
 use super::sink::PrintedFinding;
 use super::sweep::{trim_vec, Walk};
 use super::{FastMap, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
+use crate::sample;
 use crate::site::Site;
 use crate::weak;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
+
+/// Sampled mode: quiet iteration ends in a row while records are alive (their deaths
+/// reach the judgement within this many iteration ends).
+const QUIET_SPAN: u64 = 64;
 
 /// An open loop frame, as the global state knows it.
 #[derive(Debug)]
@@ -234,6 +240,11 @@ impl Tracker {
         timed(HotPhase::EndIteration, || {
             set_iteration(frame, iteration + 1);
             self.primary.set_iteration(frame, iteration + 1);
+            let sampled = sample::sampled_mode() && !in_session();
+            if sampled && self.quiet_end() {
+                return;
+            }
+            let probes = self.sampled_probes.load(Ordering::Relaxed);
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));
             let t_ns = self.stamp();
@@ -247,8 +258,15 @@ impl Tracker {
             self.monitor_tick(&mut st, t_ns);
             st.sink.declare_call_paths();
             let mut roles = st.roles.iteration_end();
+            if sampled {
+                self.settle_quiet(probes, st.registry.len());
+            }
             timed(HotPhase::Analysis, || {
                 let State { sink, scratch, .. } = &mut *st;
+                if let (true, Some(interval)) = (sampled, sample::interval()) {
+                    sample::scale_sites(&mut scratch.sites);
+                    sink.sampled(interval);
+                }
                 sink.iteration_end(
                     (t_ns, duration_ns),
                     frame,
@@ -266,6 +284,33 @@ impl Tracker {
                 st.auto_report(&self.config, frame, iteration, false);
             }
         });
+    }
+
+    /// Sampled mode: whether this iteration end has nothing to do. No probe was recorded
+    /// since the latest full end, and that end left no record alive, or left some
+    /// fewer than [`QUIET_SPAN`] ends ago (a full end settles their deaths). Not while
+    /// the memory monitor samples.
+    #[inline]
+    fn quiet_end(&self) -> bool {
+        if self.sampled_probes.load(Ordering::Relaxed) != self.quiet_at.load(Ordering::Relaxed)
+            || monitor_on()
+        {
+            return false;
+        }
+        let left = self.quiet_left.load(Ordering::Relaxed);
+        if left == 0 {
+            return false;
+        }
+        self.quiet_left.store(left - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Sampled mode, after a full iteration end that began when `probes` probes had been
+    /// recorded and left `live` records: the ends that may be quiet after it.
+    fn settle_quiet(&self, probes: u64, live: usize) {
+        let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
+        self.quiet_left.store(left, Ordering::Relaxed);
+        self.quiet_at.store(probes, Ordering::Relaxed);
     }
 
     /// Closes `frame` (every path out of the loop).

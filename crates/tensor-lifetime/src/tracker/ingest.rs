@@ -3,11 +3,12 @@
 //! makes a record or counts a temporary; a later one adds an alias or a store).
 
 use super::frames::Birth;
-use super::local::LOCAL;
+use super::local::{in_session, LOCAL};
 use super::observe::{own_bytes, Observed, View};
 use super::registry::Record;
-use super::{roles, State, Tracker};
+use super::{roles, Input, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
+use crate::sample;
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
 use candle_core::Tensor;
@@ -65,11 +66,50 @@ struct Logged {
 }
 
 impl Tracker {
+    /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
+    /// with no record that the sample leaves out ([`Tracker::sampled_out`]) costs only
+    /// that test: no entry, no record.
+    #[inline(always)]
+    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+        if sample::sampled_mode() {
+            if self.sampled_out(t) {
+                return;
+            }
+            self.note_sampled_probe();
+        }
+        self.record_probe(t, site, store, hint);
+    }
+
+    /// [`Tracker::probe`] of a binding whose value the macro saw computed from `inputs`:
+    /// a tensor with an autograd op keeps them as its graph's inputs
+    /// ([`Tracker::made_from`]).
+    #[inline(always)]
+    pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
+        if sample::sampled_mode() {
+            if self.sampled_out(t) {
+                return;
+            }
+            self.note_sampled_probe();
+        }
+        self.made_from(t, inputs);
+        self.record_probe(t, site, false, 0);
+    }
+
+    /// Whether the sampled mode leaves `t` out: it has no record (no weak handle of
+    /// ours), the sample skips it ([`sample::skips`]: its creation serial and own
+    /// bytes), and this thread runs no leak test (leak tests are exact).
+    #[inline(always)]
+    pub(super) fn sampled_out(&self, t: &Tensor) -> bool {
+        weak::weak_count(t) == 0
+            && sample::skips(weak::serial(t), own_bytes(t))
+            && !in_session()
+    }
+
     /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
     /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
     /// one copy of it for all of a loop body's probes.
     #[inline(never)]
-    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+    fn record_probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         timed(HotPhase::Probe, || {
             // One counter for all threads: its order agrees with every thread's program
             // order and with hand-offs between threads (a tensor made on a loader thread and

@@ -91,7 +91,8 @@ impl MadeFrom {
 }
 
 impl Tracker {
-    /// Notes that `t`, about to be tagged, was computed from `inputs`: only for a tensor
+    /// Notes that `t`, about to be tagged ([`Tracker::probe_made`]: in sampled mode, only
+    /// a sampled one), was computed from `inputs`: only for a tensor
     /// with an autograd op (the graph walk reaches no other), seen for the first time (no
     /// weak handle of ours yet), with a tensor among its inputs.
     #[inline]

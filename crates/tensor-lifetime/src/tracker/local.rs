@@ -6,7 +6,7 @@ use super::ingest::Pending;
 use super::started;
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A loop open on this thread.
 #[derive(Debug, Clone, Copy)]
@@ -60,11 +60,34 @@ thread_local! {
     };
 }
 
+/// Threads in a leak-test session now: while there is none, a probe that the sampled
+/// mode leaves out reads no thread-local state.
+static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
 /// Sets this thread's session (leak tests); returns the previous one.
 pub(crate) fn set_session(session: SessionMark) -> SessionMark {
-    LOCAL
+    let previous = LOCAL
         .try_with(|l| l.session.replace(session))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match (previous.session != 0, session.session != 0) {
+        (false, true) => {
+            SESSIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        (true, false) => {
+            SESSIONS.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+    previous
+}
+
+/// Whether this thread runs a leak test (its probes are exact in sampled mode).
+#[inline(always)]
+pub(super) fn in_session() -> bool {
+    SESSIONS.load(Ordering::Relaxed) != 0
+        && LOCAL
+            .try_with(|l| l.session.get().session != 0)
+            .unwrap_or(false)
 }
 
 /// Sets this thread's iteration of `frame` (the innermost open loop of that frame).
