@@ -157,18 +157,20 @@ pub(crate) fn configure(sampling: Sampling, seed: Option<u64>) {
 /// Whether the tracker samples now.
 #[inline]
 pub(crate) fn sampled_mode() -> bool {
-    SCALE.load(Ordering::Relaxed) != 0
+    scale() != 0
 }
 
-/// Whether sampling leaves out the tensor of creation serial `serial` and `bytes` own
-/// bytes (false in exact mode). The same answer for every probe of one tensor while the
-/// interval and seed stay.
+/// The sampled mode's scale (0: exact), for [`skips`].
 #[inline(always)]
-pub(crate) fn skips(serial: u64, bytes: u64) -> bool {
-    let scale = SCALE.load(Ordering::Relaxed);
-    if scale == 0 {
-        return false;
-    }
+pub(crate) fn scale() -> u64 {
+    SCALE.load(Ordering::Relaxed)
+}
+
+/// Whether sampling at `scale` (from [`scale`], not 0) leaves out the tensor of creation
+/// serial `serial` and `bytes` own bytes. The same answer for every probe of one tensor
+/// while the interval and seed stay.
+#[inline(always)]
+pub(crate) fn skips(scale: u64, serial: u64, bytes: u64) -> bool {
     let h = draw(serial, SEED.load(Ordering::Relaxed));
     // `1 - exp(-x) <= x`: a hash at or above `x` of the range is out for sure; most are.
     match bytes.checked_mul(scale) {
@@ -215,6 +217,44 @@ pub(crate) fn interval() -> Option<u64> {
         0 | UNSET => None,
         bytes => Some(bytes),
     }
+}
+
+/// The iterations within which the sampled mode reports, with probability at least
+/// `confidence`, a site that keeps `leak_bytes` own bytes per iteration alive, at mean
+/// interval `interval`, under the default judgement (warm-up 1 iteration, 3 growth
+/// events): `warm-up + n`, where `n` is the least number of iterations whose kept
+/// tensors include a sampled one in at least 3 of them with that probability. The kept
+/// bytes of one iteration contain a sample with probability `q = 1 - exp(-L / interval)`
+/// however they split into tensors (sample points fall on the bytes as a Poisson
+/// process), and each such iteration is a growth event (a new highest count of sampled
+/// survivors), so `n` is the least `n` with `P(Binomial(n, q) >= 3) >= confidence`. The
+/// exact mode's figure is `warm-up + 3` (4). For `L` well below the interval, `n` is
+/// about `8.4 x interval / L` at 0.99 (the Poisson tail), and the mean is `3 x interval /
+/// L`: the "(warm-up + new highs) x max(1, interval / L)" with its constant.
+pub fn detection_bound(leak_bytes: u64, interval: u64, confidence: f64) -> u64 {
+    let judgement = tensor_lifetime_report::Judgement::default();
+    let k = judgement.k.max(1);
+    let q = probability_at(interval.max(1), leak_bytes);
+    if q <= 0.0 {
+        return u64::MAX;
+    }
+    // P(Binomial(n, q) >= k), for n = k, k + 1, ...: the terms of P(X < k) updated.
+    let mut n = k;
+    loop {
+        let below: f64 = (0..k)
+            .map(|j| binomial(n, j) * q.powi(j as i32) * (1.0 - q).powf((n - j) as f64))
+            .sum();
+        if 1.0 - below >= confidence || n > 1 << 40 {
+            return judgement.warmup + n;
+        }
+        // Coarse steps far from the answer keep a tiny `q` affordable.
+        n += (n / 64).max(1);
+    }
+}
+
+/// `n choose j` as a float (small `j`).
+fn binomial(n: u64, j: u64) -> f64 {
+    (0..j).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
 /// Scales the survivors' summaries of a sampled sweep to estimates: each site's counts
@@ -341,6 +381,37 @@ mod tests {
         // A tensor far above the interval is always sampled and counts once.
         assert!((0..1000).all(|s| !skips_at(interval, 3, s, 1 << 30)));
         assert_eq!(probability_at(interval, 1 << 30), 1.0);
+    }
+
+    #[test]
+    fn the_detection_bound_is_the_exact_one_for_large_leaks_and_grows_as_interval_over_l() {
+        // Far above the interval: every kept tensor is sampled, as in exact mode.
+        assert_eq!(detection_bound(1 << 30, 512 * 1024, 0.99), 4);
+        // At the interval: q = 0.632, 10 iterations after the warm-up.
+        assert_eq!(detection_bound(4096, 4096, 0.99), 11);
+        // Well below: about 8.4 x interval / L (within the coarse steps' 2%).
+        let b = detection_bound(512, 512 * 1024, 0.99) as f64;
+        assert!((b / (8.41 * 1024.0) - 1.0).abs() < 0.03, "{b}");
+        assert!(detection_bound(0, 4096, 0.99) == u64::MAX);
+    }
+
+    /// The bound holds: over many simulated runs, at least 99% find the leak within it.
+    #[test]
+    fn the_detection_bound_holds_in_simulation() {
+        for (leak, interval) in [(4096u64, 4096u64), (1024, 4096), (100, 4096)] {
+            let bound = detection_bound(leak, interval, 0.99);
+            let runs = 2000u64;
+            let mut found = 0;
+            for run in 0..runs {
+                // One tensor of `leak` bytes kept per iteration; growth events are the
+                // iterations (after the warm-up's) whose tensor is sampled.
+                let events = (0..bound - 1)
+                    .filter(|i| !skips_at(interval, run, run * 1_000_003 + i, leak))
+                    .count();
+                found += u64::from(events >= 3);
+            }
+            assert!(found * 100 >= 99 * runs, "{leak}/{interval}: {found} of {runs}");
+        }
     }
 
     #[test]

@@ -237,13 +237,27 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
+        set_iteration(frame, iteration + 1);
+        self.primary.set_iteration(frame, iteration + 1);
+        let sampled = sample::sampled_mode() && !in_session();
+        if sampled && self.quiet_end() {
+            return;
+        }
+        self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
+    }
+
+    /// The sweep and the judgement of [`Tracker::end_iteration`]: out of line, so that a
+    /// quiet end of the sampled mode pays for none of it.
+    #[inline(never)]
+    fn end_iteration_full(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+        sampled: bool,
+    ) {
         timed(HotPhase::EndIteration, || {
-            set_iteration(frame, iteration + 1);
-            self.primary.set_iteration(frame, iteration + 1);
-            let sampled = sample::sampled_mode() && !in_session();
-            if sampled && self.quiet_end() {
-                return;
-            }
             let probes = self.sampled_probes.load(Ordering::Relaxed);
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));

@@ -71,8 +71,9 @@ impl Tracker {
     /// that test: no entry, no record.
     #[inline(always)]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
-        if sample::sampled_mode() {
-            if self.sampled_out(t) {
+        let scale = sample::scale();
+        if scale != 0 {
+            if self.sampled_out(t, scale) {
                 return;
             }
             self.note_sampled_probe();
@@ -85,8 +86,9 @@ impl Tracker {
     /// ([`Tracker::made_from`]).
     #[inline(always)]
     pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
-        if sample::sampled_mode() {
-            if self.sampled_out(t) {
+        let scale = sample::scale();
+        if scale != 0 {
+            if self.sampled_out(t, scale) {
                 return;
             }
             self.note_sampled_probe();
@@ -95,13 +97,14 @@ impl Tracker {
         self.record_probe(t, site, false, 0);
     }
 
-    /// Whether the sampled mode leaves `t` out: it has no record (no weak handle of
-    /// ours), the sample skips it ([`sample::skips`]: its creation serial and own
-    /// bytes), and this thread runs no leak test (leak tests are exact).
+    /// Whether the sampled mode (at `scale`, [`sample::scale`]) leaves `t` out: the
+    /// sample skips it ([`sample::skips`]: its creation serial and own bytes), it has no
+    /// record (no weak handle of ours), and this thread runs no leak test (leak tests are
+    /// exact).
     #[inline(always)]
-    pub(super) fn sampled_out(&self, t: &Tensor) -> bool {
-        weak::weak_count(t) == 0
-            && sample::skips(weak::serial(t), own_bytes(t))
+    pub(super) fn sampled_out(&self, t: &Tensor, scale: u64) -> bool {
+        sample::skips(scale, weak::serial(t), own_bytes(t))
+            && weak::weak_count(t) == 0
             && !in_session()
     }
 

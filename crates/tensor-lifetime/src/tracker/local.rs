@@ -26,6 +26,9 @@ pub(super) struct OpenLoop {
 pub(crate) struct SessionMark {
     pub(crate) session: u64,
     pub(crate) watermark: u64,
+    /// The session's probes are sampled like those outside sessions (the seeded
+    /// detection tests); a leak test's are exact.
+    pub(crate) sampled: bool,
 }
 
 pub(super) struct Local {
@@ -86,7 +89,10 @@ pub(crate) fn set_session(session: SessionMark) -> SessionMark {
 pub(super) fn in_session() -> bool {
     SESSIONS.load(Ordering::Relaxed) != 0
         && LOCAL
-            .try_with(|l| l.session.get().session != 0)
+            .try_with(|l| {
+                let mark = l.session.get();
+                mark.session != 0 && !mark.sampled
+            })
             .unwrap_or(false)
 }
 
