@@ -2,7 +2,7 @@
 //! (`let logits = model.forward(&x)?;` → `x`, see the macros' `inputs.rs`).
 //!
 //! candle keeps an op's inputs private (`Tensor::op` is `pub(crate)`), and
-//! `Tensor::sorted_nodes`, which the graph walk of [`super::holders`] reads, lists only
+//! `Tensor::sorted_nodes`, which the graph walk of [`super::sweep`] reads, lists only
 //! the nodes that lead to a variable: a batch, a mask or a target held by a kept graph
 //! is not among them. The walk also reads this table at each node it visits, so a batch
 //! that a kept loss's graph holds is held by that graph (and counted in its bytes)
@@ -18,8 +18,8 @@
 //! over-approximation of the op's inputs (a helper may use an argument for its shape
 //! only): it decides a survivor's holder, never whether a site leaks.
 
-use super::registry::Record;
-use super::{FastMap, State, Tracker};
+use super::keep::{FastMap, KEEP};
+use super::registry::Registry;
 use crate::weak;
 use candle_core::Tensor;
 
@@ -46,7 +46,7 @@ impl Input {
 
 /// The inputs noted per tensor, by the tensor's address.
 #[derive(Debug, Default)]
-pub(super) struct MadeFrom {
+pub(in crate::tracker) struct MadeFrom {
     map: FastMap<usize, Entry>,
 }
 
@@ -61,18 +61,20 @@ impl MadeFrom {
     /// The inputs of the tensor at `key` with creation serial `serial` (none when it has
     /// no entry, or the entry is another tensor's that had its address).
     #[inline]
-    pub(super) fn of(&self, key: usize, serial: u32) -> &[Input] {
+    pub(in crate::tracker) fn of(&self, key: usize, serial: u32) -> &[Input] {
         match self.map.get(&key) {
             Some(e) if e.serial == serial => &e.inputs[..usize::from(e.len)],
             _ => &[],
         }
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(in crate::tracker) fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
-    fn note(&mut self, made: Input, inputs: &[Input]) {
+    /// Notes that `made` was computed from `inputs` (those that are tensors, other than
+    /// itself).
+    pub(in crate::tracker) fn note(&mut self, made: Input, inputs: &[Input]) {
         let mut e = Entry {
             serial: made.serial,
             len: 0,
@@ -88,53 +90,23 @@ impl MadeFrom {
             self.map.insert(made.key, e);
         }
     }
-}
 
-impl Tracker {
-    /// Notes that `t`, about to be tagged ([`Tracker::probe_made`]: in sampled mode, only
-    /// a sampled one), was computed from `inputs`: only for a tensor
-    /// with an autograd op (the graph walk reaches no other), seen for the first time (no
-    /// weak handle of ours yet), with a tensor among its inputs.
+    /// Drops the entries of tensors that have no record in `registry` any more: at every
+    /// full walk (`full`), and at a partial one when the table outgrows the records.
     #[inline]
-    pub(crate) fn made_from(&'static self, t: &Tensor, inputs: &[Input]) {
-        if !t.track_op() || t.is_variable() || weak::weak_count(t) != 0 {
+    pub(in crate::tracker) fn prune(&mut self, registry: &Registry, full: bool) {
+        if self.map.is_empty() || (!full && self.map.len() <= 2 * registry.len() + 1024) {
             return;
         }
-        self.state.lock().made_from.note(Input::of(t), inputs);
-    }
-}
-
-impl State {
-    /// The live record of `input` (young or old), if any.
-    pub(super) fn input_record(&self, input: Input) -> Option<&Record> {
-        self.registry.get(input.key, input.serial)
-    }
-
-    /// Drops the entries of tensors that have no record any more: at every full walk,
-    /// and at a partial one when the table outgrows the records.
-    #[inline]
-    pub(super) fn prune_made_from(&mut self, full: bool) {
-        if self.made_from.map.is_empty()
-            || (!full && self.made_from.map.len() <= 2 * self.live_len() + 1024)
-        {
-            return;
-        }
-        self.prune_made_from_now();
+        self.prune_now(registry);
     }
 
     #[inline(never)]
-    fn prune_made_from_now(&mut self) {
-        let mut map = std::mem::take(&mut self.made_from.map);
-        map.retain(|key, e| {
-            self.input_record(Input {
-                key: *key,
-                serial: e.serial,
-            })
-            .is_some()
-        });
-        if map.capacity() > 4 * map.len() + super::registry::KEEP {
+    fn prune_now(&mut self, registry: &Registry) {
+        let map = &mut self.map;
+        map.retain(|key, e| registry.get(*key, e.serial).is_some());
+        if map.capacity() > 4 * map.len() + KEEP {
             map.shrink_to_fit();
         }
-        self.made_from.map = map;
     }
 }

@@ -14,26 +14,27 @@
 //!
 //! # Rooms
 //!
-//! Data flows one way: probe → registry → sweep → sink → the report crate. Only this
-//! module (the one [`State`] behind the lock, and [`Tracker`]) calls across the rooms;
-//! each room's type keeps its fields private and changes only through its methods.
+//! Data flows one way: probe → registry → sweep → sink → the report crate. Only the
+//! root (this module, with [`drain`], [`loops`] and [`answers`], which are part of it:
+//! the one [`State`] behind the lock, and [`Tracker`]) calls across the parts; a part
+//! never reaches into the root or into a part above it, and each part's type keeps its
+//! fields private and changes only through its methods, lent the pieces it works on.
 //!
-//! - Probe (no lock): [`local`] (the per-thread state: probe ring, open loops, session),
-//!   [`observe`] (what is read of a tensor, and when), [`ingest`] (the probe into the
-//!   ring, and the drain's merge of probes into records).
+//! - [`probe`] (no lock): the probe entry and the threads' rings, the per-thread state
+//!   (open loops, session), where a tensor was born, what is read of a tensor.
 //! - [`registry`]: the one owner of the live records, young and old, behind one API.
-//! - The walk: [`sweep`] (which records a walk visits, the exact walk, storage claims),
-//!   [`generations`] (the partial walk above `TENSOR_LIFETIME_EXACT_MAX` live records
-//!   and the counts of the old records it keeps), [`site_counts`] (the per-(frame, site)
-//!   counts of old survivors), [`holders`] (per-site summaries and the one holder
-//!   choice, graphs included), [`inputs`] (the inputs the macro saw graphs computed from).
-//! - [`tally`]: tracked bytes per device and per role, written only there.
-//! - [`frames`]: loop frames, the running iteration of each, and leak-test sessions;
-//!   [`roles`]: each tensor's role byte; [`monitor`]: the periodic memory monitor.
+//! - [`sweep`]: the walk rule written once ([`sweep::Walk`]), the one record visitor of
+//!   every walk, storage claims, the partial walk and the per-(frame, site) counts of
+//!   old survivors, per-site summaries and the one holder choice; [`inputs`]: the
+//!   inputs the macro saw graphs computed from.
+//! - [`tally`]: tracked bytes per device and per role, written only there;
+//!   [`roles`]: each tensor's role byte; [`keep`]: the working buffers' capacity.
+//! - [`frames`]: the open loop frames, the running iteration of each, and leak-test
+//!   sessions' judgement; [`monitor`]: the periodic memory monitor.
 //! - [`sink`]: the one path to the report crate (the event log, the judgement, automatic
 //!   reports, the JSON file, `tracing`).
-//! - [`queries`] and [`post_mortem`]: read-only answers behind the public API (report,
-//!   snapshot, site totals, tracked bytes; what is live now, by site, role and holder).
+//! - [`queries`] and [`post_mortem`]: read-only answers behind the public API (snapshot,
+//!   site totals; what is live now, by site, role and holder).
 //!
 //! # Hot path
 //!
@@ -55,7 +56,7 @@
 //!
 //! (With more than `TENSOR_LIFETIME_EXACT_MAX` live records an inner iteration end walks
 //! only what changed plus a bounded slice and keeps aggregates of the rest: the rule is
-//! in [`sweep`]'s module docs, the parts in [`generations`].)
+//! in [`sweep`]'s module docs.)
 //!
 //! At each iteration end the sweep drains the buffers, walks the live records once
 //! (removing the dead ones, so memory stays bounded by live tensors plus sites; births
@@ -67,48 +68,45 @@
 //! the judgement and to the event log alike (without a log, the same summary goes to the
 //! judgement directly).
 
+mod answers;
+mod drain;
 mod frames;
-mod generations;
-mod holders;
-mod ingest;
 mod inputs;
-mod local;
+mod keep;
+mod loops;
 mod monitor;
-mod observe;
 mod post_mortem;
+mod probe;
 mod queries;
 mod registry;
 mod roles;
 mod sink;
-mod site_counts;
 mod sweep;
 mod tally;
 
 pub use inputs::Input;
-pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub use monitor::set_memory_monitor;
 pub(crate) use post_mortem::oom_seen;
+pub(crate) use probe::{set_session, Entered, SessionMark, TaskContext};
 pub use queries::{LiveTensor, SiteTotals};
 pub(crate) use roles::hint as role_hint;
 
 use crate::config::Config;
-use crate::probe_buffer::Registry;
 use crate::site::Site;
 use crate::weak;
-use frames::{FrameState, PrimaryLoop, SessionJudgement};
-use ingest::Pending;
+use frames::{FrameState, SessionJudgement};
+use keep::FastMap;
 use parking_lot::Mutex;
+use probe::{Pending, PrimaryLoop};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 use std::time::Instant;
-use sweep::{Claim, Scratch};
+use sweep::{Parts, SweepResult, Sweeper, Walk};
 use tally::RoleTally;
 use tensor_lifetime_report::event::Event;
-
-type FastMap<K, V> = tensor_lifetime_report::fast_hash::HashMap<K, V>;
 
 /// The tracker's life cycle (see the module docs): decided once, then final.
 // One value per process, held in a static for its whole life: boxing `On` would only add
@@ -135,15 +133,6 @@ pub(crate) fn active() -> Option<&'static Tracker> {
         Some(TrackerState::On(t)) => Some(t),
         Some(_) => None,
         None => init_slow(),
-    }
-}
-
-/// The tracker if it is on, without deciding the state (a thread's first probe registers
-/// its ring here, from inside a decided tracker's calls).
-fn started() -> Option<&'static Tracker> {
-    match STATE.get() {
-        Some(TrackerState::On(t)) => Some(t),
-        _ => None,
     }
 }
 
@@ -187,13 +176,13 @@ pub(crate) fn failure() -> Option<String> {
 }
 
 /// What the global lock guards: the registry of records, the sites, the open frames,
-/// the tallies, the sink (judgement and event log) and the walks' working state.
+/// the tallies, the sink (judgement and event log) and the walks' state. Each part's
+/// owner keeps its own invariants; the root lends them to each other
+/// ([`State::sweep`]).
 struct State {
     sites: Vec<&'static Site>,
     /// Every live record, young and old.
     registry: registry::Registry,
-    /// Storage claims of the latest sweep (kept for its capacity).
-    claims: FastMap<usize, Claim>,
     next_record: u64,
     frames: FastMap<u64, FrameState>,
     /// Tracked bytes per device.
@@ -202,16 +191,14 @@ struct State {
     roles: RoleTally,
     /// The event log and the judgement: everything that leaves the tracker.
     sink: sink::Sink,
-    /// Working buffers of drains and sweeps, kept between them for their capacity.
-    scratch: Scratch,
-    /// The aggregates of the old records in the generational mode (more than
-    /// `exact_max` live records); `None`: no record is old.
-    gens: Option<generations::Generations>,
-    /// Live records above which inner iteration ends sweep partially
-    /// (`TENSOR_LIFETIME_EXACT_MAX`).
-    exact_max: usize,
+    /// The walks: claims, the old records' aggregates, their working buffers.
+    sweeper: Sweeper,
     /// The inputs the macro saw tensors with an autograd op computed from.
     made_from: inputs::MadeFrom,
+    /// Probes taken from the threads' buffers (kept for its capacity).
+    drained: Vec<Pending>,
+    /// The event log's latest birth event, refilled for the next one.
+    born: Option<Event>,
 }
 
 /// The process-wide tracker.
@@ -220,13 +207,7 @@ pub(crate) struct Tracker {
     start: Instant,
     /// An event log is written: probes and iterations read the clock only then.
     timed: bool,
-    /// Global probe order, counted once a second thread has a probe buffer.
-    next_seq: AtomicU64,
-    /// A second thread has a probe buffer (set before that thread's first probe; never
-    /// cleared).
-    threaded: AtomicBool,
     state: Mutex<State>,
-    buffers: Registry<Pending>,
     next_frame: AtomicU64,
     next_session: AtomicU64,
     /// Tensors born on threads with no loop of their own belong to this loop.
@@ -259,14 +240,13 @@ impl Tracker {
         let exact_max = config.exact_max;
         monitor::configure(config.memory_every);
         crate::sample::configure(config.sample, config.sample_seed);
+        // Threads register their probe rings from now on.
+        probe::RINGS.start();
         Tracker {
             timed: log.is_some(),
-            next_seq: AtomicU64::new(1),
-            threaded: AtomicBool::new(false),
             config,
             start,
             state: Mutex::new(State::new(log, exact_max)),
-            buffers: Registry::new(),
             next_frame: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             primary: PrimaryLoop::default(),
@@ -309,16 +289,15 @@ impl State {
         State {
             sites: Vec::new(),
             registry: registry::Registry::default(),
-            claims: FastMap::default(),
             next_record: 1,
             frames: FastMap::default(),
             devices: tally::Devices::default(),
             roles: RoleTally::default(),
             sink: sink::Sink::new(log),
-            scratch: Scratch::default(),
-            gens: None,
+            sweeper: Sweeper::new(exact_max),
             made_from: inputs::MadeFrom::default(),
-            exact_max,
+            drained: Vec::new(),
+            born: None,
         }
     }
 
@@ -347,16 +326,41 @@ impl State {
         id
     }
 
-    /// The site registered as `id` (ids start at 1).
-    fn site(&self, id: u32) -> &'static Site {
-        self.sites[id as usize - 1]
+    /// The sweep `walk` at `t_ns` (`log`: an event log is written), with the parts it
+    /// works on lent to the walks ([`Sweeper::sweep`]).
+    fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
+        let State {
+            registry,
+            frames,
+            devices,
+            roles,
+            sink,
+            sweeper,
+            made_from,
+            ..
+        } = self;
+        let mut parts = Parts {
+            registry,
+            devices,
+            roles,
+            made_from,
+            frames,
+            sink,
+        };
+        sweeper.sweep(walk, t_ns, log, &mut parts)
     }
 
     /// The automatic report at an iteration end or the end of outermost loop `frame`.
     fn auto_report(&mut self, config: &Config, frame: u64, iterations: u64, loop_end: bool) {
         let State { sink, frames, .. } = self;
         if let Some(fs) = frames.get_mut(&frame) {
-            sink.auto_report(config, fs, iterations, loop_end);
+            sink.auto_report(
+                config,
+                (fs.site, fs.started),
+                &mut fs.printed,
+                iterations,
+                loop_end,
+            );
         }
     }
 }

@@ -5,7 +5,8 @@
 //! by default (`TENSOR_LIFETIME_MEMORY_EVERY`, or [`set_memory_monitor`]); a sample costs
 //! a few driver calls and no synchronize.
 
-use super::{State, Tracker};
+use super::sink::Sink;
+use super::tally::Devices;
 use crate::device::{Counters, DeviceId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tensor_lifetime_report::event::{Event, MemorySample};
@@ -84,20 +85,19 @@ fn sample(
     out
 }
 
-impl Tracker {
-    /// At an iteration end, after the sweep: the monitor's samples when one is due.
-    #[inline]
-    pub(super) fn monitor_tick(&self, st: &mut State, t_ns: u64) {
-        let Some(step) = due() else {
-            return;
-        };
-        for (device, sample) in sample(step, st.devices.iter()) {
-            st.sink.emit(Event::Memory {
-                t_ns,
-                device: device.to_string(),
-                sample,
-            });
-        }
+/// At an iteration end at `t_ns`, after the sweep: the monitor's samples of the
+/// `devices` when one is due, into `sink`.
+#[inline]
+pub(super) fn tick(devices: &Devices, sink: &mut Sink, t_ns: u64) {
+    let Some(step) = due() else {
+        return;
+    };
+    for (device, sample) in sample(step, devices.iter()) {
+        sink.emit(Event::Memory {
+            t_ns,
+            device: device.to_string(),
+            sample,
+        });
     }
 }
 

@@ -5,11 +5,11 @@
 //! automatic reports (stderr, `TENSOR_LIFETIME_JSON`, `tracing`) and the reads of the
 //! judgement (reports, births, sites, call paths) are here too.
 
-use super::frames::FrameState;
-use super::sweep::SweepResult;
 use crate::config::{Config, ReportMode};
+use crate::site::Site;
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::time::Instant;
 use tensor_lifetime_report::event::{Event, SiteSweep};
 use tensor_lifetime_report::report::SiteRef;
 use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
@@ -168,15 +168,15 @@ impl Sink {
     }
 
     /// The end of iteration `iteration` of `frame` (at `t_ns`, after `duration_ns`): the
-    /// sweep's counts, its summaries `sites` and the split by role `roles`. Both are
-    /// handed back, their allocations kept for the next sweep.
+    /// sweep's counts (`live_tensors`, `live_bytes`), its summaries `sites` and the split
+    /// by role `roles`. Both are handed back, their allocations kept for the next sweep.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn iteration_end(
         &mut self,
         (t_ns, duration_ns): (u64, u64),
         frame: u64,
         iteration: u64,
-        sweep: &SweepResult,
+        (live_tensors, live_bytes): (u64, u64),
         sites: &mut Vec<SiteSweep>,
         roles: &mut Vec<RoleBytes>,
         outermost: bool,
@@ -190,8 +190,8 @@ impl Sink {
                 frame,
                 iteration,
                 duration_ns,
-                live_tensors: sweep.live_tensors,
-                live_bytes: sweep.live_bytes,
+                live_tensors,
+                live_bytes,
                 sites: std::mem::take(sites),
                 roles: std::mem::take(roles),
             };
@@ -208,8 +208,8 @@ impl Sink {
             self.analysis.note_iteration_end(
                 frame,
                 iteration,
-                sweep.live_tensors,
-                sweep.live_bytes,
+                live_tensors,
+                live_bytes,
                 sites,
                 roles,
             );
@@ -250,12 +250,14 @@ impl Sink {
         self.analysis.call_path(id).to_vec()
     }
 
-    /// Prints / writes the report at the end of an outermost iteration of `frame` (when
-    /// the findings changed) and at the end of an outermost loop (`loop_end`).
+    /// Prints / writes the report at the end of an outermost iteration of the loop at
+    /// `site` (started at `started`) when the findings changed since `printed` (what it
+    /// printed last, updated here), and at the end of an outermost loop (`loop_end`).
     pub(super) fn auto_report(
         &self,
         config: &Config,
-        frame: &mut FrameState,
+        (site, started): (&'static Site, Instant),
+        printed_last: &mut Vec<PrintedFinding>,
         iterations: u64,
         loop_end: bool,
     ) {
@@ -270,12 +272,11 @@ impl Sink {
                 leak: f.is_leak(),
             })
             .collect();
-        let changed = frame.printed != printed;
+        let changed = *printed_last != printed;
         if !(changed || loop_end) {
             return;
         }
-        frame.printed = printed;
-        let started = frame.started;
+        *printed_last = printed;
         if changed {
             for f in report.leaks() {
                 tracing::warn!(
@@ -296,7 +297,7 @@ impl Sink {
         }
         write_json(config, &report);
         if config.report == ReportMode::Stderr && (!report.findings.is_empty() || loop_end) {
-            let name = frame.label();
+            let name = loop_label(site);
             let when = if loop_end {
                 format!(
                     "loop {name} ended after {} iterations in {:.2?}",
@@ -308,6 +309,15 @@ impl Sink {
             };
             eprint!("tensor-lifetime: {when}\n{report}");
         }
+    }
+}
+
+/// `'epoch (file:line)`, or `at file:line` for a loop without a label.
+fn loop_label(site: &Site) -> String {
+    if site.label.is_empty() {
+        format!("at {}", site.location())
+    } else {
+        format!("{} ({})", site.label, site.location())
     }
 }
 

@@ -47,11 +47,11 @@ fn end(frame: u64) -> Walk {
 }
 
 fn summary(st: &State, site: u32) -> &SiteSweep {
-    st.scratch
-        .sites
+    st.sweeper
+        .sites()
         .iter()
         .find(|s| s.site == site)
-        .unwrap_or_else(|| panic!("no summary of site {site}: {:?}", st.scratch.sites))
+        .unwrap_or_else(|| panic!("no summary of site {site}: {:?}", st.sweeper.sites()))
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn the_survivors_of_the_ending_frame_are_summarized_and_no_others() {
     add(&mut st, &ts[3], 2, 2, 0, None);
     add(&mut st, &ts[4], 3, 0, 0, None);
     st.sweep(end(1), 0, false);
-    let sites: Vec<u32> = st.scratch.sites.iter().map(|s| s.site).collect();
+    let sites: Vec<u32> = st.sweeper.sites().iter().map(|s| s.site).collect();
     assert_eq!(sites, [1]);
     let s = summary(&st, 1);
     assert_eq!((s.survivors, s.iterations, s.bytes), (3, 2, 3 * BYTES));
@@ -112,7 +112,7 @@ fn the_survivors_of_the_ending_frame_are_summarized_and_no_others() {
     assert_eq!(s.holders[0].holder, HolderSpec::Unknown);
     // A query summarizes no frame.
     st.sweep(Walk::Query, 0, false);
-    assert!(st.scratch.sites.is_empty());
+    assert!(st.sweeper.sites().is_empty());
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn a_partial_walk_of_old_records_says_what_an_exact_walk_says() {
         add(&mut st, t, 1, 1, i as u32, None);
     }
     st.sweep(Walk::Query, 0, false);
-    assert!(st.gens.is_some());
+    assert!(st.sweeper.generational());
     assert_eq!(st.registry.old_len(), 6);
     // One dies; a young record of the frame is made.
     ts.remove(0);

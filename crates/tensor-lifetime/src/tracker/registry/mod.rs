@@ -9,9 +9,8 @@
 
 mod old;
 
-use super::ingest::Pending;
-use super::observe::{Observed, View};
-use super::FastMap;
+use super::keep::{FastMap, KEEP};
+use super::probe::{Observed, Pending, View};
 use crate::device::DeviceId;
 use crate::weak::WeakTensor;
 use old::Old;
@@ -101,9 +100,6 @@ pub(super) struct Registry {
     /// the next old tier starts with as many shards.
     old_bits: u32,
 }
-
-/// Working buffers above this capacity are given back rather than kept.
-pub(super) const KEEP: usize = 8192;
 
 impl Registry {
     /// Live records, young and old.

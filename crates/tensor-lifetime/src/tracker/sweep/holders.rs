@@ -5,21 +5,22 @@
 //!
 //! One rule chooses a record's holder ([`holder`]) for the findings (an exact walk's
 //! summaries), for the counts of old records ([`super::site_counts`]) and for the
-//! post-mortem ([`super::post_mortem`]); one graph walk ([`graph_holders`]) finds the
+//! post-mortem ([`crate::tracker::post_mortem`]); one graph walk ([`graph_holders`]) finds the
 //! records a graph holds, among a sweep's survivors or, for the post-mortem, among every
 //! live record. So the findings, the JSON report and the post-mortem name the same holder
 //! for the same tensors.
 
-use super::inputs::MadeFrom;
-use super::observe::Observed;
-use super::registry::{Record, Registry};
-use super::sweep::{Claim, Scratch};
-use super::{roles, FastMap};
+use super::{Claim, Scratch};
+use crate::tracker::inputs::MadeFrom;
+use crate::tracker::keep::FastMap;
+use crate::tracker::probe::Observed;
+use crate::tracker::registry::{Record, Registry};
+use crate::tracker::roles;
 use crate::weak;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
 
 /// Summarizes `scratch.survivors` by site into `scratch.sites`.
-pub(super) fn summarize_survivors(
+pub(in crate::tracker) fn summarize_survivors(
     scratch: &mut Scratch,
     // `None`: every live storage has a single record, which owns it.
     claims: Option<&FastMap<usize, Claim>>,
@@ -132,7 +133,11 @@ pub(super) fn summarize_survivors(
 /// also keeps it, if any: the container is what the code can let go of. Then a view of a
 /// storage another record owns is that record's; else nothing seen holds it.
 #[inline]
-pub(super) fn holder(store: u32, graph: Option<Held>, view_of: Option<u32>) -> HolderSpec {
+pub(in crate::tracker) fn holder(
+    store: u32,
+    graph: Option<Held>,
+    view_of: Option<u32>,
+) -> HolderSpec {
     match graph {
         Some(h) if !h.input => HolderSpec::Graph { site: h.root },
         _ if store != 0 => HolderSpec::Store { site: store },
@@ -214,7 +219,7 @@ impl Origin {
 }
 
 /// The role index with the most survivors in `roles` (the lowest index on a tie).
-pub(super) fn majority(roles: &[u32; 8]) -> u8 {
+pub(in crate::tracker) fn majority(roles: &[u32; 8]) -> u8 {
     let mut best = 0;
     for (i, n) in roles.iter().enumerate().skip(1) {
         if *n > roles[best] {
@@ -228,7 +233,7 @@ pub(super) fn majority(roles: &[u32; 8]) -> u8 {
 /// here, most survivors first) in `site`'s summary: what an exact walk's summary and the
 /// aggregates of old records ([`super::site_counts`]) both say of a site's origin.
 #[inline]
-pub(super) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)]) {
+pub(in crate::tracker) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)]) {
     site.role = Some(roles::role(role));
     match (&*paths, site.call_paths.as_slice()) {
         // The common case: the path of the previous sweep of this slot.
@@ -243,26 +248,26 @@ pub(super) fn put_origin(site: &mut SiteSweep, role: u8, paths: &mut [(u32, u32)
     }
 }
 
-/// What a graph walk reads: the inputs the macro saw ([`super::inputs`]) and the
+/// What a graph walk reads: the inputs the macro saw ([`crate::tracker::inputs`]) and the
 /// registry, where the roots (young records) and the inputs (either tier) are found.
 #[derive(Clone, Copy)]
-pub(super) struct GraphInputs<'a> {
-    pub(super) made_from: &'a MadeFrom,
-    pub(super) registry: &'a Registry,
+pub(in crate::tracker) struct GraphInputs<'a> {
+    pub(in crate::tracker) made_from: &'a MadeFrom,
+    pub(in crate::tracker) registry: &'a Registry,
 }
 
 /// The autograd graphs among a set of records.
 #[derive(Default)]
-pub(super) struct Graphs {
+pub(in crate::tracker) struct Graphs {
     /// The graph holding each record held by one, by record id.
-    pub(super) held: FastMap<u64, Held>,
+    pub(in crate::tracker) held: FastMap<u64, Held>,
     /// Per root site, the largest graph's size.
     by_site: FastMap<u32, GraphSize>,
 }
 
 /// Who holds a record held by a graph.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Held {
+pub(in crate::tracker) struct Held {
     /// The graph's root's site.
     root: u32,
     /// Only as an input the macro saw (no node of any graph walked).
@@ -282,7 +287,7 @@ struct GraphSize {
 /// to no variable, so it is no node). Returns the holder root's site of each held
 /// candidate (by record id) and, per root site, the largest graph's tensors and bytes.
 #[inline(never)]
-pub(super) fn graph_holders(
+pub(in crate::tracker) fn graph_holders(
     mut roots: Vec<&Record>,
     by_key: &FastMap<usize, u64>,
     inputs: GraphInputs<'_>,
@@ -356,7 +361,10 @@ pub(super) fn graph_holders(
 
 /// The graphs holding any of `records` (every live record, for the post-mortem): roots
 /// are those with an autograd op, held are any of `records`; `None` when none has an op.
-pub(super) fn live_graphs(records: &[&Record], inputs: GraphInputs<'_>) -> Option<Graphs> {
+pub(in crate::tracker) fn live_graphs(
+    records: &[&Record],
+    inputs: GraphInputs<'_>,
+) -> Option<Graphs> {
     let roots: Vec<&Record> = records.iter().copied().filter(|r| r.has_graph).collect();
     if roots.is_empty() {
         return None;
@@ -367,7 +375,10 @@ pub(super) fn live_graphs(records: &[&Record], inputs: GraphInputs<'_>) -> Optio
 
 /// Moves the counted holders into a site's summary: the 4 most frequent.
 #[inline]
-pub(super) fn finish_holders(site: &mut SiteSweep, holders: &mut Vec<(HolderSpec, u64)>) {
+pub(in crate::tracker) fn finish_holders(
+    site: &mut SiteSweep,
+    holders: &mut Vec<(HolderSpec, u64)>,
+) {
     if holders.len() > 1 {
         holders.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     }

@@ -1,10 +1,10 @@
 //! The sweep: at an iteration end (and before every query) one walk of the live records
 //! removes the dead ones, claims each live storage for its oldest record (bytes counted
 //! once per storage), tallies bytes per device and per role ([`super::tally`]), and
-//! collects the survivors of the ending frame for [`super::holders`] to summarize by
+//! collects the survivors of the ending frame for [`holders`] to summarize by
 //! site. Which walk runs is [`Walk`]'s rule; what a walk does with each record it visits
 //! is [`Visit`]'s, the same for the exact walk (here) and the partial one
-//! ([`super::generations`]).
+//! ([`generations`]).
 //!
 //! # What an iteration end walks
 //!
@@ -14,10 +14,10 @@
 //!   tests, `memory_stats`); at the close of a loop nested two deep or more (its
 //!   survivors are handed to an enclosing iteration whose end is partial). A loop whose
 //!   enclosing loop is outermost hands them over without a walk: the aggregates of its
-//!   frame move to that iteration ([`super::generations::Generations::reframe`]), and the
+//!   frame move to that iteration ([`Sweeper::reframe`]), and the
 //!   outermost iteration's end walks everything.
 //! - **Partial sweep** (an inner iteration end with more records alive,
-//!   [`super::generations`]): the *young* records (made since the latest sweep, those
+//!   [`generations`]): the *young* records (made since the latest sweep, those
 //!   whose tensor had an autograd op, and those of running iterations, below) are walked
 //!   and, but for the latter two, turned *old*;
 //!   then one shard of at most 28 old records, round robin: at every partial sweep
@@ -48,35 +48,43 @@
 //! may be confirmed at the next enclosing iteration end, not later. Records whose tensor
 //! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
-use super::generations::Owner;
-use super::holders::{summarize_survivors, GraphInputs};
-use super::ingest::Pending;
-use super::registry::Record;
+mod generations;
+mod holders;
+mod site_counts;
+
+pub(in crate::tracker) use holders::{holder, live_graphs, GraphInputs};
+
+use super::frames::FrameState;
+use super::inputs::MadeFrom;
+use super::keep::{trim_map, trim_vec, FastMap};
+use super::registry::{Record, Registry};
+use super::sink::Sink;
 use super::tally::{Devices, RoleTally};
-use super::{FastMap, State};
 use crate::device::DeviceId;
-use tensor_lifetime_report::event::{Event, HolderSpec, SiteSweep};
+use generations::{Generations, Owner};
+use holders::summarize_survivors;
+use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 
 /// A survivor of the ending frame, with what its summary reads of its record.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Survivor {
-    pub(super) key: usize,
-    pub(super) site: u32,
-    pub(super) iteration: u32,
-    pub(super) id: u64,
-    pub(super) storage: usize,
-    pub(super) storage_bytes: u64,
-    pub(super) view_bytes: u64,
-    pub(super) store: u32,
-    pub(super) refcount: u32,
-    pub(super) has_graph: bool,
-    pub(super) role: u8,
-    pub(super) path: u32,
+pub(in crate::tracker) struct Survivor {
+    pub(in crate::tracker) key: usize,
+    pub(in crate::tracker) site: u32,
+    pub(in crate::tracker) iteration: u32,
+    pub(in crate::tracker) id: u64,
+    pub(in crate::tracker) storage: usize,
+    pub(in crate::tracker) storage_bytes: u64,
+    pub(in crate::tracker) view_bytes: u64,
+    pub(in crate::tracker) store: u32,
+    pub(in crate::tracker) refcount: u32,
+    pub(in crate::tracker) has_graph: bool,
+    pub(in crate::tracker) role: u8,
+    pub(in crate::tracker) path: u32,
 }
 
 impl Survivor {
     #[inline]
-    pub(super) fn of(key: usize, r: &Record, refcount: usize) -> Survivor {
+    pub(in crate::tracker) fn of(key: usize, r: &Record, refcount: usize) -> Survivor {
         Survivor {
             key,
             site: r.site,
@@ -100,13 +108,13 @@ impl Survivor {
 /// when it owns its storage, for its device and role's bytes; the survivors of the
 /// ending frame are collected. Who owns a storage is the walk's to say: the exact walk
 /// claims storages, a partial one knows the owners from the latest full walk.
-pub(super) struct Visit<'a> {
+pub(in crate::tracker) struct Visit<'a> {
     /// The frame whose survivors are collected.
     frame: Option<u64>,
     /// The ids of the dead are kept (an event log is written).
     log: bool,
     /// Records found dead.
-    pub(super) dropped: u64,
+    pub(in crate::tracker) dropped: u64,
     dead: &'a mut Vec<u64>,
     survivors: &'a mut Vec<Survivor>,
     roles: &'a mut RoleTally,
@@ -114,7 +122,7 @@ pub(super) struct Visit<'a> {
 
 impl<'a> Visit<'a> {
     /// A walk collecting the survivors of `frame`, into the cleared buffers.
-    pub(super) fn new(
+    pub(in crate::tracker) fn new(
         frame: Option<u64>,
         log: bool,
         dead: &'a mut Vec<u64>,
@@ -136,7 +144,12 @@ impl<'a> Visit<'a> {
     /// Whether `r` (with strong count `refcount`) is dead; a dead one is counted, as a
     /// temporary of its role too when `temporary` (a young record may be one).
     #[inline(always)]
-    pub(super) fn dead(&mut self, r: &Record, refcount: usize, temporary: bool) -> bool {
+    pub(in crate::tracker) fn dead(
+        &mut self,
+        r: &Record,
+        refcount: usize,
+        temporary: bool,
+    ) -> bool {
         if refcount != 0 {
             return false;
         }
@@ -153,7 +166,7 @@ impl<'a> Visit<'a> {
     /// Live record `r` of `key` (with strong count `refcount`): its role's tensors, and
     /// a survivor if it is the ending frame's.
     #[inline(always)]
-    pub(super) fn live(&mut self, key: usize, r: &Record, refcount: usize) {
+    pub(in crate::tracker) fn live(&mut self, key: usize, r: &Record, refcount: usize) {
         if Some(r.frame()) == self.frame {
             self.survivors.push(Survivor::of(key, r, refcount));
         }
@@ -162,75 +175,52 @@ impl<'a> Visit<'a> {
 
     /// `r` owns its storage: its bytes count for its device and role.
     #[inline(always)]
-    pub(super) fn owns(&mut self, devices: &mut Devices, r: &Record) {
+    pub(in crate::tracker) fn owns(&mut self, devices: &mut Devices, r: &Record) {
         devices.count(r.device, r.storage_bytes);
         self.roles.bytes(r.role, r.storage_bytes);
     }
 }
 
-/// The working buffers of [`Tracker::drain`] and [`State::sweep`]: kept between
-/// iteration ends so that a steady loop allocates nothing there. Each is given back when
-/// it grew large ([`trim_vec`]), so steady-state memory stays the records alone.
+/// The working buffers of the walks: kept between iteration ends so that a steady loop
+/// allocates nothing there. Each is given back when it grew large ([`trim_vec`]), so
+/// steady-state memory stays the records alone.
 #[derive(Default)]
-pub(super) struct Scratch {
-    /// Probes taken from the threads' buffers.
-    pub(super) drained: Vec<Pending>,
+struct Scratch {
     /// Ids of the records found dead in the current sweep (for the event log).
-    pub(super) dead: Vec<u64>,
+    dead: Vec<u64>,
     /// Survivors of the ending frame.
-    pub(super) survivors: Vec<Survivor>,
+    survivors: Vec<Survivor>,
     /// Holder counts of the site being summarized.
-    pub(super) holders: Vec<(HolderSpec, u64)>,
+    holders: Vec<(HolderSpec, u64)>,
     /// The sweep's per-site summaries (the `sites` of its `iteration_end` event).
-    pub(super) sites: Vec<SiteSweep>,
+    sites: Vec<SiteSweep>,
     /// Partial sweeps: young records turning old, the storages they claim, and the
     /// summaries merged with the aggregates.
-    pub(super) promote: Vec<(usize, Record)>,
-    pub(super) storages: FastMap<usize, Owner>,
-    pub(super) merged: Vec<SiteSweep>,
+    promote: Vec<(usize, Record)>,
+    storages: FastMap<usize, Owner>,
+    merged: Vec<SiteSweep>,
     /// The running iterations whose records the sweep leaves young
     /// ([`super::frames::running_iterations`]).
-    pub(super) running: Vec<(u32, u32)>,
-    /// The event log's latest birth event, refilled for the next one.
-    pub(super) born: Option<Event>,
+    running: Vec<(u32, u32)>,
 }
 
 impl Scratch {
-    pub(super) const KEEP: usize = super::registry::KEEP;
-
-    /// After a drain: a large drain's buffer is not kept (nor handed to a thread).
-    pub(super) fn trim_drain(&mut self) {
-        trim_vec(&mut self.drained);
-    }
-
     /// At the end of a sweep (its summaries, `sites`, are trimmed once used).
-    pub(super) fn trim_sweep(&mut self) {
+    fn trim_sweep(&mut self) {
         trim_vec(&mut self.dead);
         trim_vec(&mut self.survivors);
         trim_vec(&mut self.holders);
     }
 }
 
-pub(super) fn trim_vec<T>(v: &mut Vec<T>) {
-    if v.capacity() > Scratch::KEEP {
-        *v = Vec::new();
-    }
-}
-
-pub(super) fn trim_map<K, V>(m: &mut FastMap<K, V>) {
-    if m.capacity() > Scratch::KEEP {
-        *m = FastMap::default();
-    }
-}
-
 /// A live storage's claim: its bytes count once, for its owner (the oldest live record
 /// using it).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Claim {
-    pub(super) owner: u64,
-    pub(super) owner_site: u32,
+struct Claim {
+    owner: u64,
+    owner_site: u32,
     /// More than one live record uses the storage.
-    pub(super) shared: bool,
+    shared: bool,
     bytes: u64,
     device: DeviceId,
     role: u8,
@@ -252,7 +242,7 @@ impl Claim {
 /// Why a sweep runs: whose survivors it summarizes, and which running iterations' records
 /// it may turn old ([`super::frames::running_iterations`]).
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Walk {
+pub(in crate::tracker) enum Walk {
     /// The end of an iteration of `frame`: its records, and the running iterations of
     /// the loops enclosing it on its thread, may turn old.
     End { frame: u64, outermost: bool },
@@ -288,7 +278,7 @@ impl Walk {
     }
 
     /// The innermost loop whose running iteration (and its enclosing loops') may turn old.
-    pub(super) fn settled(self) -> Option<u64> {
+    pub(in crate::tracker) fn settled(self) -> Option<u64> {
         match self {
             Walk::End { frame, .. } => Some(frame),
             Walk::Close { settled } => Some(settled),
@@ -298,58 +288,119 @@ impl Walk {
 }
 
 /// What a sweep counted: live records and their bytes (each storage once).
-pub(super) struct SweepResult {
-    pub(super) live_tensors: u64,
-    pub(super) live_bytes: u64,
+pub(in crate::tracker) struct SweepResult {
+    pub(in crate::tracker) live_tensors: u64,
+    pub(in crate::tracker) live_bytes: u64,
 }
 
-impl State {
+/// What a walk works on besides its own state: the tracker's other parts, lent by the
+/// root for one walk.
+pub(in crate::tracker) struct Parts<'a> {
+    pub(in crate::tracker) registry: &'a mut Registry,
+    pub(in crate::tracker) devices: &'a mut Devices,
+    pub(in crate::tracker) roles: &'a mut RoleTally,
+    pub(in crate::tracker) made_from: &'a mut MadeFrom,
+    /// The open frames (their running iterations).
+    pub(in crate::tracker) frames: &'a FastMap<u64, FrameState>,
+    /// Where the records found dead are counted.
+    pub(in crate::tracker) sink: &'a mut Sink,
+}
+
+/// The walks' own state: the storage claims, the aggregates of the old records
+/// (generational mode) and the working buffers.
+pub(in crate::tracker) struct Sweeper {
+    /// Storage claims of the latest sweep (kept for its capacity).
+    claims: FastMap<usize, Claim>,
+    /// Working buffers, kept between walks for their capacity.
+    scratch: Scratch,
+    /// The aggregates of the old records in the generational mode (more than
+    /// `exact_max` live records); `None`: no record is old.
+    gens: Option<Generations>,
+    /// Live records above which inner iteration ends sweep partially
+    /// (`TENSOR_LIFETIME_EXACT_MAX`).
+    exact_max: usize,
+}
+
+impl Sweeper {
+    /// No claims, no old records; partial walks above `exact_max` live records.
+    pub(in crate::tracker) fn new(exact_max: usize) -> Sweeper {
+        Sweeper {
+            claims: FastMap::default(),
+            scratch: Scratch::default(),
+            gens: None,
+            exact_max,
+        }
+    }
+
+    /// The latest sweep's per-site summaries (the `sites` of its `iteration_end`
+    /// event), lent to the sink and handed back with their allocations.
+    pub(in crate::tracker) fn sites_mut(&mut self) -> &mut Vec<SiteSweep> {
+        &mut self.scratch.sites
+    }
+
+    /// The latest sweep's per-site summaries.
+    #[cfg(test)]
+    pub(in crate::tracker) fn sites(&self) -> &[SiteSweep] {
+        &self.scratch.sites
+    }
+
+    /// After the summaries were used: a large buffer is given back.
+    pub(in crate::tracker) fn trim_sites(&mut self) {
+        trim_vec(&mut self.scratch.sites);
+    }
+
     /// Claims each live storage for its oldest record (the dead ones are gone), then
-    /// [`State::tally_claims`]. Out of line: a sweep of a few records needs it only when
-    /// the bitmap of their storages had a collision.
+    /// [`Sweeper::tally_claims`]. Out of line: a sweep of a few records needs it only
+    /// when the bitmap of their storages had a collision.
     #[inline(never)]
-    fn claim_storages(&mut self) -> u64 {
-        self.build_claims();
-        self.tally_claims()
+    fn claim_storages(&mut self, p: &mut Parts<'_>) -> u64 {
+        self.build_claims(p.registry);
+        self.tally_claims(p)
     }
 
     /// The claims table of every live record.
-    pub(super) fn build_claims(&mut self) {
+    fn build_claims(&mut self, registry: &Registry) {
         let claims = &mut self.claims;
         claims.clear();
-        claims.reserve(self.registry.len());
-        for r in self.registry.iter() {
+        claims.reserve(registry.len());
+        for r in registry.iter() {
             claim(claims, r);
         }
     }
 
     /// Counts the bytes of the claims per device (their `tally`); returns their total.
-    fn tally_claims(&mut self) -> u64 {
-        self.devices.start_count();
-        self.roles.reset_bytes();
+    fn tally_claims(&mut self, p: &mut Parts<'_>) -> u64 {
+        p.devices.start_count();
+        p.roles.reset_bytes();
         let mut live_bytes = 0;
         for c in self.claims.values() {
             live_bytes += c.bytes;
-            self.devices.count(c.device, c.bytes);
-            self.roles.bytes(c.role, c.bytes);
+            p.devices.count(c.device, c.bytes);
+            p.roles.bytes(c.role, c.bytes);
         }
         live_bytes
     }
 
-    /// The sweep `walk`: exact (every record walked) while few records are alive, at an
-    /// outermost iteration end, a close or a query; otherwise partial (see the module
-    /// docs).
-    pub(super) fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
+    /// The sweep `walk` at `t_ns` (`log`: an event log is written): exact (every record
+    /// walked) while few records are alive, at an outermost iteration end, a close or a
+    /// query; otherwise partial (see the module docs).
+    pub(in crate::tracker) fn sweep(
+        &mut self,
+        walk: Walk,
+        t_ns: u64,
+        log: bool,
+        p: &mut Parts<'_>,
+    ) -> SweepResult {
         if let Some(frame) = walk.partial(self.gens.is_some()) {
-            return self.partial_sweep(walk, frame, t_ns, log);
+            return self.partial_sweep(walk, frame, t_ns, log, p);
         }
         let frame = walk.frame();
-        let (result, claimed) = self.exact_sweep(frame, t_ns, log);
-        if self.gens.is_some() || self.registry.len() > self.exact_max {
+        let (result, claimed) = self.exact_sweep(frame, t_ns, log, p);
+        if self.gens.is_some() || p.registry.len() > self.exact_max {
             if !claimed {
-                self.build_claims();
+                self.build_claims(p.registry);
             }
-            self.rebuild_generations(walk.settled());
+            self.rebuild_generations(walk.settled(), p);
         }
         // The claims table is rebuilt when needed; its capacity is kept for typical loops
         // and given back when large, so steady-state memory is the records alone.
@@ -365,16 +416,21 @@ impl State {
     /// incrementally: a storage's address is reused by the allocator as soon as it is
     /// freed, so only the storages of records alive now identify storages reliably.
     /// Also returns whether the claims table now holds every live storage.
-    fn exact_sweep(&mut self, frame: Option<u64>, t_ns: u64, log: bool) -> (SweepResult, bool) {
-        let total = self.live_len();
-        let (registry, scratch, devices) =
-            (&mut self.registry, &mut self.scratch, &mut self.devices);
+    fn exact_sweep(
+        &mut self,
+        frame: Option<u64>,
+        t_ns: u64,
+        log: bool,
+        p: &mut Parts<'_>,
+    ) -> (SweepResult, bool) {
+        let total = p.registry.len();
+        let (registry, scratch, devices) = (&mut *p.registry, &mut self.scratch, &mut *p.devices);
         let mut visit = Visit::new(
             frame,
             log,
             &mut scratch.dead,
             &mut scratch.survivors,
-            &mut self.roles,
+            &mut *p.roles,
         );
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
@@ -411,36 +467,30 @@ impl State {
             true
         });
         let dropped = visit.dropped;
-        self.note_drops(dropped, t_ns);
+        p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
         let shared = !few || distinct.is_none();
         if !few {
-            live_bytes = self.tally_claims();
+            live_bytes = self.tally_claims(p);
         } else if shared {
-            live_bytes = self.claim_storages();
+            live_bytes = self.claim_storages(p);
         }
-        self.devices.finish_count(false);
-        self.roles.finish_sweep();
+        p.devices.finish_count(false);
+        p.roles.finish_sweep();
         summarize_survivors(
             &mut self.scratch,
             shared.then_some(&self.claims),
             GraphInputs {
-                made_from: &self.made_from,
-                registry: &self.registry,
+                made_from: p.made_from,
+                registry: p.registry,
             },
         );
-        self.prune_made_from(true);
+        p.made_from.prune(p.registry, true);
         self.scratch.trim_sweep();
         let result = SweepResult {
-            live_tensors: self.live_len() as u64,
+            live_tensors: p.registry.len() as u64,
             live_bytes,
         };
         (result, shared)
-    }
-
-    /// Counts `dropped` records found dead (with a log, as events of the ids in
-    /// `scratch.dead`).
-    pub(super) fn note_drops(&mut self, dropped: u64, t_ns: u64) {
-        self.sink.drops(dropped, &mut self.scratch.dead, t_ns);
     }
 }
 

@@ -1,30 +1,31 @@
 //! Generations: what keeps an inner iteration end's cost bounded when many records are
-//! alive (the rule is in [`super::sweep`]'s module docs).
+//! alive (the rule is in [`super`]'s module docs).
 //!
 //! Above `TENSOR_LIFETIME_EXACT_MAX` (16) live records the registry keeps two tiers
-//! ([`super::registry`]). The *young* records (made since the latest sweep, every record
+//! ([`crate::tracker::registry`]). The *young* records (made since the latest sweep, every record
 //! whose tensor had an autograd op, and those born in an iteration still running that
-//! the walk may not turn old, [`super::frames::running_iterations`]) are walked at every
+//! the walk may not turn old, [`running_iterations`]) are walked at every
 //! sweep; a partial sweep walks one shard of the *old* ones, round robin. What the
 //! summaries need of the old records is kept in running counts
 //! ([`super::site_counts::Aggregates`]: per (frame, site) survivors, their iterations,
 //! bytes, holders, roles and creating call paths; per role; per device in
-//! [`super::tally::Devices`]), added to when a record turns old and taken from when a
+//! [`Devices`]), added to when a record turns old and taken from when a
 //! walk finds it dead. A full walk rebuilds all of it from the records.
 
-use super::frames::born_running;
-use super::registry::{Record, Tier};
-use super::roles;
+use super::holders;
 use super::site_counts::{Aggregates, PATHS};
-use super::sweep::{Claim, Scratch, SweepResult, Visit, Walk};
-use super::tally::Devices;
-use super::{FastMap, State};
+use super::{Claim, Parts, Scratch, SweepResult, Sweeper, Visit, Walk};
+use crate::tracker::frames::{born_running, running_iterations};
+use crate::tracker::keep::{trim_map, trim_vec, FastMap};
+use crate::tracker::registry::{Record, Registry, Tier};
+use crate::tracker::roles;
+use crate::tracker::tally::Devices;
 use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 
 /// The owner of a storage that more than one record uses, as of the latest full walk (or
 /// found among the records turned old together since).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Owner {
+pub(in crate::tracker) struct Owner {
     id: u64,
     site: u32,
 }
@@ -32,19 +33,13 @@ pub(super) struct Owner {
 /// What the generational mode keeps beside the registry's old records: their counts
 /// and the owners of the storages they share.
 #[derive(Default)]
-pub(super) struct Generations {
+pub(in crate::tracker) struct Generations {
     aggs: Aggregates,
     /// Storages of more than one record, by address: their owners.
     shared: FastMap<usize, Owner>,
 }
 
 impl Generations {
-    /// A nested loop `frame` closed: the aggregates of its old survivors move to the
-    /// enclosing frame's `iteration`, as its records do.
-    pub(super) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
-        self.aggs.reframe(frame, parent, iteration);
-    }
-
     /// `r`'s holder as its aggregate counts it (stores first; a view of a storage
     /// another record owns; else unknown).
     fn holder(&self, r: &Record) -> HolderSpec {
@@ -100,24 +95,32 @@ impl Generations {
     }
 }
 
-impl State {
-    /// Live records now (young and old).
-    pub(super) fn live_len(&self) -> usize {
-        self.registry.len()
+impl Sweeper {
+    /// Whether some records are old (the generational mode).
+    pub(in crate::tracker) fn generational(&self) -> bool {
+        self.gens.is_some()
+    }
+
+    /// A nested loop `frame` closed: the aggregates of its old survivors move to the
+    /// enclosing frame's `iteration`, as its records do. False without old records.
+    pub(in crate::tracker) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
+        if let Some(gens) = self.gens.as_mut() {
+            gens.aggs.reframe(frame, parent, iteration);
+        }
     }
 
     /// A later probe (role byte `role`, a store at `site` when `store`) of old record
-    /// `key`: a hinted role may change its role, a store its holder, and the aggregates
-    /// follow. Its first site and id; `None` when `key` is no old record.
-    pub(super) fn probe_old(
+    /// `key` in `registry`: a hinted role may change its role, a store its holder, and
+    /// the aggregates follow. Its first site and id; `None` when `key` is no old record.
+    pub(in crate::tracker) fn probe_old(
         &mut self,
-        key: usize,
-        serial: u32,
+        registry: &mut Registry,
+        (key, serial): (usize, u32),
         role: u8,
         store: Option<u32>,
     ) -> Option<(u32, u64)> {
         let gens = self.gens.as_mut()?;
-        let (r, tier) = self.registry.get_mut(key, serial)?;
+        let (r, tier) = registry.get_mut(key, serial)?;
         debug_assert_eq!(tier, Tier::Old, "a young record is merged before");
         if role & roles::HINTED != 0 {
             gens.upgrade_role(r, role);
@@ -129,22 +132,22 @@ impl State {
     }
 
     /// After an exact walk that built the claims table for every live record (more than
-    /// `State::exact_max` of them), or after a full walk in generational mode: every record
+    /// `Sweeper::exact_max` of them), or after a full walk in generational mode: every record
     /// turns old but those with an autograd op and those born in a running iteration that
-    /// `settled` does not let turn old ([`super::frames::running_iterations`]), which are
+    /// `settled` does not let turn old ([`running_iterations`]), which are
     /// young again if they were old; the aggregates are rebuilt from the records. A full
     /// walk that found few records goes back to exact sweeps.
-    pub(super) fn rebuild_generations(&mut self, settled: Option<u64>) {
-        let total = self.live_len();
+    pub(super) fn rebuild_generations(&mut self, settled: Option<u64>, p: &mut Parts<'_>) {
+        let total = p.registry.len();
         // A full walk that finds half the threshold or fewer goes back to exact sweeps.
         if total <= self.exact_max / 2 {
             if self.gens.take().is_some() {
-                self.registry.make_all_young();
+                p.registry.make_all_young();
             }
             return;
         }
         if self.gens.is_none() {
-            self.registry.start_old_tier();
+            p.registry.start_old_tier();
         }
         let gens = self.gens.get_or_insert_with(Generations::default);
         gens.aggs.clear();
@@ -158,33 +161,33 @@ impl State {
                 },
             );
         }
-        self.devices.clear_old();
+        p.devices.clear_old();
         let owns = |claims: &FastMap<usize, Claim>, r: &Record| {
             claims.get(&r.storage).is_none_or(|c| c.owner == r.id)
         };
-        for (_, r) in self.registry.young_iter_mut() {
+        for (_, r) in p.registry.young_iter_mut() {
             r.owns = owns(&self.claims, r);
         }
         // Those with an autograd op stay young (their graphs are walked at every sweep),
         // and so do those born in a running iteration.
         let mut running = std::mem::take(&mut self.scratch.running);
-        super::frames::running_iterations(&self.frames, settled, &mut running);
+        running_iterations(p.frames, settled, &mut running);
         let mut stay = std::mem::take(&mut self.scratch.promote);
-        self.registry
+        p.registry
             .turn_old_unless(|r| r.has_graph || born_running(&running, r), &mut stay);
         if !running.is_empty() {
-            self.registry
+            p.registry
                 .make_young_if(|r| born_running(&running, r), &mut stay);
         }
         self.scratch.running = running;
         self.scratch.promote = stay;
-        super::sweep::trim_vec(&mut self.scratch.promote);
-        for r in self.registry.old_iter_mut() {
+        trim_vec(&mut self.scratch.promote);
+        for r in p.registry.old_iter_mut() {
             r.owns = owns(&self.claims, r);
             let refcount = r.weak.strong_count() as u64;
-            gens.count(&mut self.devices, r, true, refcount);
+            gens.count(p.devices, r, true, refcount);
         }
-        self.registry.trim_young(true);
+        p.registry.trim_young(true);
     }
 
     /// A partial sweep (generational mode, an inner iteration end of `frame`): the young
@@ -197,16 +200,16 @@ impl State {
         frame: u64,
         t_ns: u64,
         log: bool,
+        p: &mut Parts<'_>,
     ) -> SweepResult {
-        let State {
+        let Sweeper { scratch, gens, .. } = self;
+        let Parts {
             registry,
-            scratch,
             devices,
-            gens,
             roles,
             frames,
             ..
-        } = self;
+        } = p;
         let gens = gens.as_mut().expect("generational mode");
         let Scratch {
             dead,
@@ -231,7 +234,7 @@ impl State {
         // Those with an autograd op stay young (their graphs are walked at every sweep),
         // and those born in another thread's running iteration.
         if foreign {
-            super::frames::running_iterations(frames, walk.settled(), running);
+            running_iterations(frames, walk.settled(), running);
         }
         let mut i = 0;
         while i < promote.len() {
@@ -275,7 +278,7 @@ impl State {
                     }
                 }
             }
-            super::sweep::trim_map(storages);
+            trim_map(storages);
         }
         for (key, mut r) in promote.drain(..) {
             r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
@@ -283,7 +286,7 @@ impl State {
             gens.count(devices, &r, true, refcount);
             registry.turn_old(key, r);
         }
-        super::sweep::trim_vec(promote);
+        trim_vec(promote);
         registry.trim_young(false);
         // One shard of the old records, round robin; less often while walks find none
         // dead.
@@ -299,17 +302,17 @@ impl State {
         roles.add_counts(gens.aggs.roles());
         roles.finish_sweep();
         let live_bytes = devices.finish_count(true);
-        self.note_drops(dropped, t_ns);
-        let inputs = super::holders::GraphInputs {
-            made_from: &self.made_from,
-            registry: &self.registry,
+        p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
+        let inputs = holders::GraphInputs {
+            made_from: p.made_from,
+            registry: p.registry,
         };
-        super::holders::summarize_survivors(&mut self.scratch, None, inputs);
-        self.prune_made_from(false);
+        holders::summarize_survivors(&mut self.scratch, None, inputs);
+        p.made_from.prune(p.registry, false);
         self.merge_aggregates(frame as u32);
         self.scratch.trim_sweep();
         SweepResult {
-            live_tensors: self.live_len() as u64,
+            live_tensors: p.registry.len() as u64,
             live_bytes,
         }
     }
@@ -409,11 +412,11 @@ impl State {
                     slot.call_paths.push(p);
                 }
             }
-            super::holders::finish_holders(slot, holders);
+            holders::finish_holders(slot, holders);
         }
         merged.truncate(used);
         std::mem::swap(sites, merged);
-        super::sweep::trim_vec(merged);
+        trim_vec(merged);
     }
 }
 
@@ -432,5 +435,5 @@ fn next_slot<'a>(v: &'a mut Vec<SiteSweep>, used: &mut usize) -> &'a mut SiteSwe
 /// (The aggregates know no graph: a record with an autograd op stays young.)
 fn holder_of(shared: &FastMap<usize, Owner>, r: &Record) -> HolderSpec {
     let view_of = (!r.owns).then(|| shared.get(&r.storage).map_or(0, |o| o.site));
-    super::holders::holder(r.store, None, view_of)
+    holders::holder(r.store, None, view_of)
 }

@@ -9,14 +9,14 @@ use candle_core::{Storage, Tensor};
 
 /// A tensor's storage: its identity (address) and its whole size.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Observed {
-    pub(super) storage: usize,
-    pub(super) storage_bytes: u64,
+pub(in crate::tracker) struct Observed {
+    pub(in crate::tracker) storage: usize,
+    pub(in crate::tracker) storage_bytes: u64,
 }
 
 /// A tensor's own bytes: its elements times their size (no lock).
 #[inline]
-pub(super) fn own_bytes(t: &Tensor) -> u64 {
+pub(in crate::tracker) fn own_bytes(t: &Tensor) -> u64 {
     // The product of the dims inline (candle's `elem_count` is out of line); the common
     // ranks without an iterator's set-up (a sampled mode's probe computes it every time).
     let dims = t.dims();
@@ -34,7 +34,7 @@ impl Observed {
     /// written; otherwise the drain reads it from the tensors still alive, the only ones
     /// that get a record.
     #[inline]
-    pub(super) fn of(t: &Tensor) -> Observed {
+    pub(in crate::tracker) fn of(t: &Tensor) -> Observed {
         let (guard, _) = t.storage_and_layout();
         let storage = &*guard as *const Storage as usize;
         let bytes = storage_bytes(&guard, t.dtype());
@@ -51,17 +51,17 @@ impl Observed {
 /// it even for a tensor dropped before the drain); otherwise the drain reads it from the
 /// tensors still alive, the only ones that get a record.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct View {
-    pub(super) view_bytes: u64,
-    pub(super) device: DeviceId,
+pub(in crate::tracker) struct View {
+    pub(in crate::tracker) view_bytes: u64,
+    pub(in crate::tracker) device: DeviceId,
     /// It had an autograd op (ops never change afterwards).
-    pub(super) has_graph: bool,
-    pub(super) dtype: candle_core::DType,
+    pub(in crate::tracker) has_graph: bool,
+    pub(in crate::tracker) dtype: candle_core::DType,
 }
 
 impl View {
     #[inline]
-    pub(super) fn of(t: &Tensor) -> View {
+    pub(in crate::tracker) fn of(t: &Tensor) -> View {
         View {
             view_bytes: own_bytes(t),
             device: DeviceId::of_location(t.device().location()),

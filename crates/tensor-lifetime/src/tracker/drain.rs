@@ -1,79 +1,26 @@
-//! The hot path: a probe appends one entry to its thread's ring; a drain takes every
-//! thread's entries into the registry, in probe order, and merges them (a first probe
-//! makes a record or counts a temporary; a later one adds an alias or a store).
+//! The probes' way into the registry (part of the root): the probe entry point, the
+//! drain of every thread's ring under the state lock, and the merge of each probe (a
+//! first probe makes a record or counts a temporary; a later one adds an alias or a
+//! store, to a young record or, through the walks' aggregates, an old one).
 
-use super::frames::Birth;
-use super::local::{in_session, LOCAL};
-use super::observe::{own_bytes, Observed, View};
+use super::probe::{self, Observed, Pending, View, RINGS};
 use super::registry::Record;
 use super::{roles, Input, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::sample;
 use crate::site::Site;
-use crate::weak::{self, WeakTensor};
 use candle_core::Tensor;
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
 use tensor_lifetime_report::event::Event;
-
-/// One probe's observation, buffered per thread until the next sweep. One cache line,
-/// aligned to one: a probe writes a single line of its ring.
-#[derive(Debug)]
-#[repr(align(64))]
-pub(crate) struct Pending {
-    /// The tensor (its key is the handle's address, [`WeakTensor::key`]).
-    pub(super) weak: WeakTensor,
-    site: &'static Site,
-    pub(super) store: bool,
-    /// No weak handle of the tracker's existed for the tensor when probed: no record and
-    /// no earlier probe entry, so this is the tensor's first probe. (Two threads probing
-    /// one tensor at the same instant can both see none. With several threads probing,
-    /// the drain looks every probe up, so only a tensor already dropped at the drain is
-    /// then counted twice.)
-    first: bool,
-    /// The tensor's role byte ([`super::roles`]).
-    pub(super) role: u8,
-    /// The call path when probed ([`crate::call_path`]; 0: none).
-    pub(super) path: u32,
-    // u32 like the records' (see [`Record`]): the buffer entry stays small.
-    pub(super) frame: u32,
-    pub(super) iteration: u32,
-    pub(super) session: u32,
-    /// The tensor's creation serial, cut to 32 bits: it picks an old record's shard
-    /// (the same in every run of a program, unlike the tensor's address).
-    pub(super) serial: u32,
-    /// Global probe order (the drain merges threads' buffers by it; 0 before a second
-    /// thread probed).
-    seq: u64,
-    /// The tensor's own bytes (elements times element size; its view, not its storage):
-    /// the size the shape-churn finding judges. Read without the storage's lock.
-    bytes: u64,
-    /// What only the event log needs, read only when one is written.
-    logged: Option<Box<Logged>>,
-}
-
-/// The part of a probe only the event log's events carry.
-
-#[derive(Debug)]
-struct Logged {
-    t_ns: u64,
-    thread: u32,
-    view: View,
-    dims: Vec<usize>,
-    /// The storage as of the probe (a birth's event carries it even for a tensor dropped
-    /// before the drain).
-    storage: Observed,
-}
 
 impl Tracker {
     /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
-    /// with no record that the sample leaves out ([`Tracker::sampled_out`]) costs only
-    /// that test: no entry, no record.
+    /// the sample leaves out ([`probe::sampled_out`]) costs only that test.
     #[inline(always)]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         let scale = sample::scale();
         if scale != 0 {
-            if self.sampled_out(t, scale) {
+            if probe::sampled_out(t, scale) {
                 return;
             }
             self.note_sampled_probe();
@@ -83,12 +30,12 @@ impl Tracker {
 
     /// [`Tracker::probe`] of a binding whose value the macro saw computed from `inputs`:
     /// a tensor with an autograd op keeps them as its graph's inputs
-    /// ([`Tracker::made_from`]).
+    /// ([`Tracker::made_from`]), in sampled mode only a sampled one.
     #[inline(always)]
     pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
         let scale = sample::scale();
         if scale != 0 {
-            if self.sampled_out(t, scale) {
+            if probe::sampled_out(t, scale) {
                 return;
             }
             self.note_sampled_probe();
@@ -97,107 +44,30 @@ impl Tracker {
         self.record_probe(t, site, false, 0);
     }
 
-    /// Whether the sampled mode (at `scale`, [`sample::scale`]) leaves `t` out: the
-    /// sample skips it ([`sample::skips`]: its creation serial and own bytes), it has no
-    /// record (no weak handle of ours), and this thread runs no leak test (leak tests are
-    /// exact).
-    #[inline(always)]
-    pub(super) fn sampled_out(&self, t: &Tensor, scale: u64) -> bool {
-        sample::skips(scale, weak::serial(t), own_bytes(t))
-            && weak::weak_count(t) == 0
-            && !in_session()
-    }
-
     /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
     /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
     /// one copy of it for all of a loop body's probes.
     #[inline(never)]
     fn record_probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         timed(HotPhase::Probe, || {
-            // One counter for all threads: its order agrees with every thread's program
-            // order and with hand-offs between threads (a tensor made on a loader thread and
-            // probed by the training thread after it was sent there). While only one thread
-            // has a probe buffer its probes take 0 (an atomic increment less per probe): they
-            // come before any other thread's, since a second thread sets `threaded` before
-            // its first probe, and a hand-off from it makes the receiver see the flag.
-            let seq = if self.threaded.load(Ordering::Relaxed) {
-                self.next_seq.fetch_add(1, Ordering::Relaxed)
-            } else {
-                0
-            };
-            let serial = weak::serial(t);
-            // Before this probe's own handle is made.
-            let first = weak::weak_count(t) == 0;
-            let _ = LOCAL.try_with(|local| {
-                let mark = local.session.get();
-                // A tensor created before its session began was not born in it.
-                let session = if serial >= mark.watermark {
-                    mark.session
-                } else {
-                    0
-                };
-                let stack = local.stack.borrow();
-                // Born in the innermost open loop that existed when it was created: a
-                // tensor first seen in a loop but created before it (weights, a dataset)
-                // was not born there.
-                let birth = if stack.is_empty() {
-                    self.primary.birth(serial, session)
-                } else {
-                    match stack.iter().rev().find(|l| l.watermark <= serial) {
-                        Some(l) => Birth::of(l, session),
-                        None => Birth::outside(session),
-                    }
-                };
-                drop(stack);
-                let logged = self.timed.then(|| {
-                    Box::new(Logged {
-                        t_ns: self.now_ns(),
-                        thread: local.thread as u32,
-                        view: View::of(t),
-                        dims: t.dims().to_vec(),
-                        storage: Observed::of(t),
-                    })
-                });
-                local.buf.push(
-                    Pending {
-                        weak: WeakTensor::new(t),
-                        site,
-                        store,
-                        frame: birth.frame as u32,
-                        iteration: birth.iteration as u32,
-                        session: birth.session as u32,
-                        serial: serial as u32,
-                        seq,
-                        first,
-                        role: roles::at_probe(t, hint, site.role),
-                        path: crate::call_path::current(),
-                        bytes: own_bytes(t),
-                        logged,
-                    },
-                    &self.buffers,
-                    // Full: the probes go to the registry now (the buffer keeps its size).
-                    || self.drain(&mut self.state.lock()),
-                );
-            });
+            probe::enter(
+                t,
+                (site, store, hint),
+                &self.primary,
+                (self.timed, || self.now_ns()),
+                || self.drain(&mut self.state.lock()),
+            );
         });
     }
 
     /// Moves every thread's buffered probes into the registry.
     pub(super) fn drain(&self, st: &mut State) {
-        let mut merged = std::mem::take(&mut st.scratch.drained);
-        self.buffers.drain_with(
-            &mut merged,
-            // In the order the probes were made, across threads: a tensor made on a
-            // worker or loader thread and seen by the training thread right after keeps
-            // the worker's site as its creation site, whichever thread's buffer is drained
-            // first. Each buffer is in probe order already. Stable: the first thread's
-            // probes from before `threaded` all have 0.
-            |all| all.sort_by_key(|p| p.seq),
-            // One thread's probes are read in place, in its ring.
-            |a, b| st.merge_drained(a, b, self.threaded.load(Ordering::Relaxed)),
-        );
-        st.scratch.drained = merged;
-        st.scratch.trim_drain();
+        let mut merged = std::mem::take(&mut st.drained);
+        RINGS.drain_with(&mut merged, |a, b, threaded| {
+            st.merge_drained(a, b, threaded)
+        });
+        st.drained = merged;
+        super::keep::trim_vec(&mut st.drained);
     }
 }
 
@@ -279,7 +149,7 @@ impl State {
             }
             return;
         }
-        if self.gens.is_some() && self.merge_old(p, key, site, log) {
+        if self.sweeper.generational() && self.merge_old(p, key, site, log) {
             return;
         }
         let alive = p.weak.strong_count() > 0;
@@ -303,7 +173,7 @@ impl State {
         let (t_ns, view, storage) = (l.t_ns, l.view, l.storage);
         // The event of the previous birth, refilled: its shape and strings keep their
         // allocations.
-        let mut born = self.scratch.born.take().unwrap_or_else(|| Event::Born {
+        let mut born = self.born.take().unwrap_or_else(|| Event::Born {
             t_ns: 0,
             tensor: 0,
             site: 0,
@@ -343,7 +213,7 @@ impl State {
             *thread = u64::from(l.thread);
         }
         self.sink.emit_ref(&born);
-        self.scratch.born = Some(born);
+        self.born = Some(born);
         if p.store {
             self.sink.emit(Event::Stored {
                 t_ns,
@@ -367,7 +237,10 @@ impl State {
     #[cold]
     fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
         let store = p.store.then_some(site);
-        let Some((first_site, tensor)) = self.probe_old(key, p.serial, p.role, store) else {
+        let Some((first_site, tensor)) =
+            self.sweeper
+                .probe_old(&mut self.registry, (key, p.serial), p.role, store)
+        else {
             return false;
         };
         if !log {

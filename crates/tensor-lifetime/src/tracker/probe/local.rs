@@ -2,22 +2,21 @@
 //! session. Only its own thread touches it (no lock); the tracker's global state is
 //! reached from here only through the ring's drain.
 
-use super::ingest::Pending;
-use super::started;
+use super::{Pending, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A loop open on this thread.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct OpenLoop {
-    pub(super) frame: u64,
+pub(in crate::tracker) struct OpenLoop {
+    pub(in crate::tracker) frame: u64,
     /// The current iteration (or the next, between an iteration's end and the next
     /// one's start).
-    pub(super) iteration: u64,
+    pub(in crate::tracker) iteration: u64,
     /// Creation watermark: tensors with a smaller creation serial existed before the
     /// loop opened, so they were not born in it.
-    pub(super) watermark: u64,
+    pub(in crate::tracker) watermark: u64,
 }
 
 /// A thread's leak-test session and the creation watermark when it began (tensors
@@ -31,28 +30,27 @@ pub(crate) struct SessionMark {
     pub(crate) sampled: bool,
 }
 
-pub(super) struct Local {
-    pub(super) buf: Producer<Pending>,
+pub(in crate::tracker) struct Local {
+    pub(in crate::tracker) buf: Producer<Pending>,
     /// Open loops on this thread, outermost first.
-    pub(super) stack: RefCell<Vec<OpenLoop>>,
-    pub(super) session: Cell<SessionMark>,
-    pub(super) thread: u64,
+    pub(in crate::tracker) stack: RefCell<Vec<OpenLoop>>,
+    pub(in crate::tracker) session: Cell<SessionMark>,
+    pub(in crate::tracker) thread: u64,
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    pub(super) static LOCAL: Local = {
-        let buf = match started() {
-            Some(t) => {
-                let (buf, before) = t.buffers.register();
-                if before > 0 {
-                    // From now on probes take a global order (see `Tracker::probe`).
-                    t.threaded.store(true, Ordering::Relaxed);
-                }
-                buf
+    pub(crate) static LOCAL: Local = {
+        let buf = if RINGS.on.load(Ordering::Acquire) {
+            let (buf, before) = RINGS.buffers.register();
+            if before > 0 {
+                // From now on probes take a global order (see [`super::enter`]).
+                RINGS.threaded.store(true, Ordering::Relaxed);
             }
-            None => Producer::unregistered(),
+            buf
+        } else {
+            Producer::unregistered()
         };
         Local {
             buf,
@@ -86,7 +84,7 @@ pub(crate) fn set_session(session: SessionMark) -> SessionMark {
 
 /// Whether this thread runs a leak test (its probes are exact in sampled mode).
 #[inline(always)]
-pub(super) fn in_session() -> bool {
+pub(in crate::tracker) fn in_session() -> bool {
     SESSIONS.load(Ordering::Relaxed) != 0
         && LOCAL
             .try_with(|l| {
@@ -97,7 +95,7 @@ pub(super) fn in_session() -> bool {
 }
 
 /// Sets this thread's iteration of `frame` (the innermost open loop of that frame).
-pub(super) fn set_iteration(frame: u64, iteration: u64) {
+pub(in crate::tracker) fn set_iteration(frame: u64, iteration: u64) {
     let _ = LOCAL.try_with(|l| {
         if let Some(open) = l
             .stack

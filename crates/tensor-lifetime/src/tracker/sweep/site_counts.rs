@@ -5,16 +5,16 @@
 //! old survivors without walking them.
 
 use super::holders::{majority, put_origin};
-use super::registry::Record;
-use super::roles;
-use super::tally::RoleCounts;
-use super::FastMap;
+use crate::tracker::keep::FastMap;
+use crate::tracker::registry::Record;
+use crate::tracker::roles;
+use crate::tracker::tally::RoleCounts;
 use std::collections::VecDeque;
 use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
 
 /// The survivors of one (frame, site) among the old records.
 #[derive(Debug, Default)]
-pub(super) struct SiteAgg {
+pub(in crate::tracker) struct SiteAgg {
     survivors: u64,
     /// (iteration, survivors born in it), by iteration; the first and last are non-zero.
     iterations: VecDeque<(u32, u32)>,
@@ -36,21 +36,21 @@ pub(super) struct SiteAgg {
 }
 
 /// Call paths kept per site, as in an exact walk's summary.
-pub(super) const PATHS: usize = 4;
+pub(in crate::tracker) const PATHS: usize = 4;
 
 impl SiteAgg {
     /// The survivors counted.
-    pub(super) fn survivors(&self) -> u64 {
+    pub(in crate::tracker) fn survivors(&self) -> u64 {
         self.survivors
     }
 
     /// Survivors per holder, unsorted.
-    pub(super) fn holders(&self) -> &[(HolderSpec, u64)] {
+    pub(in crate::tracker) fn holders(&self) -> &[(HolderSpec, u64)] {
         &self.holders
     }
 
     /// Counts old record `r`, held by `holder`, with strong count `refcount`.
-    pub(super) fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
+    pub(in crate::tracker) fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
         self.survivors += 1;
         let its = &mut self.iterations;
         let i = match its.back() {
@@ -101,7 +101,7 @@ impl SiteAgg {
     }
 
     /// The role of most survivors, and their call paths (most frequent first), into `s`.
-    pub(super) fn origin_into(&self, s: &mut SiteSweep) {
+    pub(in crate::tracker) fn origin_into(&self, s: &mut SiteSweep) {
         let mut paths = self.paths;
         let mut used = 0;
         for i in 0..PATHS {
@@ -115,14 +115,14 @@ impl SiteAgg {
     }
 
     /// One survivor's role changed (a hint seen on an old record).
-    pub(super) fn move_role(&mut self, from: u8, to: u8) {
+    pub(in crate::tracker) fn move_role(&mut self, from: u8, to: u8) {
         let n = &mut self.roles[usize::from(from & roles::INDEX)];
         *n = n.saturating_sub(1);
         self.roles[usize::from(to & roles::INDEX)] += 1;
     }
 
     /// Takes old record `r` (found dead), counted as held by `holder`.
-    pub(super) fn remove(&mut self, r: &Record, holder: HolderSpec) {
+    pub(in crate::tracker) fn remove(&mut self, r: &Record, holder: HolderSpec) {
         self.survivors = self.survivors.saturating_sub(1);
         let its = &mut self.iterations;
         if let Ok(i) = its.binary_search_by_key(&r.iteration, |e| e.0) {
@@ -162,7 +162,7 @@ impl SiteAgg {
     }
 
     /// Moves one survivor from holder `from` to `to` (a store seen on an old record).
-    pub(super) fn move_holder(&mut self, from: HolderSpec, to: HolderSpec) {
+    pub(in crate::tracker) fn move_holder(&mut self, from: HolderSpec, to: HolderSpec) {
         if let Some(i) = self.holders.iter().position(|(h, _)| *h == from) {
             self.holders[i].1 -= 1;
             if self.holders[i].1 == 0 {
@@ -176,7 +176,7 @@ impl SiteAgg {
     }
 
     /// The summary of these survivors (holders not yet chosen: [`super::holders::finish_holders`]).
-    pub(super) fn summary(&self, site: u32) -> SiteSweep {
+    pub(in crate::tracker) fn summary(&self, site: u32) -> SiteSweep {
         SiteSweep {
             site,
             survivors: self.survivors,
@@ -193,7 +193,7 @@ impl SiteAgg {
 
     /// Takes in `other`, the survivors of a closed nested loop at this site, now all
     /// born in `iteration` of this frame.
-    pub(super) fn absorb(&mut self, other: SiteAgg, iteration: u32) {
+    pub(in crate::tracker) fn absorb(&mut self, other: SiteAgg, iteration: u32) {
         if other.survivors == 0 {
             return;
         }
@@ -230,7 +230,7 @@ impl SiteAgg {
         }
     }
 
-    pub(super) fn has_iteration(&self, iteration: u32) -> bool {
+    pub(in crate::tracker) fn has_iteration(&self, iteration: u32) -> bool {
         self.iterations
             .binary_search_by_key(&iteration, |e| e.0)
             .is_ok_and(|i| self.iterations[i].1 > 0)
@@ -239,39 +239,39 @@ impl SiteAgg {
 
 /// What the sweeps count of the old records, kept as they change: per frame, its sites'
 /// survivors (sorted by site); per role, the old records and the bytes they own (their
-/// bytes per device are [`super::tally::Devices::old`]).
+/// bytes per device are [`crate::tracker::tally::Devices::old`]).
 #[derive(Default)]
-pub(super) struct Aggregates {
+pub(in crate::tracker) struct Aggregates {
     frames: FastMap<u32, Vec<(u32, SiteAgg)>>,
     roles: RoleCounts,
 }
 
 impl Aggregates {
     /// Forgets every count (a full walk counts the old records again).
-    pub(super) fn clear(&mut self) {
+    pub(in crate::tracker) fn clear(&mut self) {
         self.frames.clear();
         self.roles = RoleCounts::default();
     }
 
     /// Old records and the bytes they own, per role.
-    pub(super) fn roles(&self) -> &RoleCounts {
+    pub(in crate::tracker) fn roles(&self) -> &RoleCounts {
         &self.roles
     }
 
     /// Adds (`add` true) or takes one old record of role `code` owning `bytes`.
-    pub(super) fn count_role(&mut self, code: u8, bytes: u64, add: bool) {
+    pub(in crate::tracker) fn count_role(&mut self, code: u8, bytes: u64, add: bool) {
         self.roles.count(code, bytes, add);
     }
 
     /// The counts of `frame`'s sites, by site.
-    pub(super) fn frame(&self, frame: u32) -> Option<&[(u32, SiteAgg)]> {
+    pub(in crate::tracker) fn frame(&self, frame: u32) -> Option<&[(u32, SiteAgg)]> {
         self.frames.get(&frame).map(Vec::as_slice)
     }
 
     /// A nested loop `frame` closed: the counts of its old survivors move to the
     /// enclosing frame's `iteration` (`parent` 0: none; records outside any loop are not
     /// counted), as its records do. What a full walk would rebuild, without the walk.
-    pub(super) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
+    pub(in crate::tracker) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
         let Some(sites) = self.frames.remove(&frame) else {
             return;
         };
@@ -284,7 +284,7 @@ impl Aggregates {
     }
 
     /// The counts of (`frame`, `site`), made empty when first asked for.
-    pub(super) fn site_mut(&mut self, frame: u32, site: u32) -> &mut SiteAgg {
+    pub(in crate::tracker) fn site_mut(&mut self, frame: u32, site: u32) -> &mut SiteAgg {
         let v = self.frames.entry(frame).or_default();
         let i = match v.binary_search_by_key(&site, |e| e.0) {
             Ok(i) => i,

@@ -1,0 +1,102 @@
+//! The tracker's answers to the public API (part of the root: it holds the lock, drains,
+//! sweeps, then asks the parts): the report, the snapshot, site totals, tracked bytes,
+//! memory samples and the post-mortem.
+
+use super::sink::write_json;
+use super::sweep::{SweepResult, Walk};
+use super::{post_mortem, queries, LiveTensor, SiteTotals, State, Tracker};
+use crate::device::DeviceId;
+use tensor_lifetime_report::event::{Event, MemorySample};
+use tensor_lifetime_report::{PostMortem, Report};
+
+impl Tracker {
+    /// The state with every pending probe drained and the records swept (as of now).
+    pub(super) fn settled(&self) -> (parking_lot::MutexGuard<'_, State>, SweepResult) {
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let t_ns = self.now_ns();
+        let log = st.sink.logs();
+        let sweep = st.sweep(Walk::Query, t_ns, log);
+        (st, sweep)
+    }
+
+    /// The report as of now (drains pending probes first).
+    pub(crate) fn report(&self, session: Option<u64>) -> Report {
+        let (mut st, sweep) = self.settled();
+        st.sink.flush_log();
+        let mut report = st.sink.report_for(session);
+        report.live_tensors = sweep.live_tensors;
+        report.live_bytes = sweep.live_bytes;
+        report
+    }
+
+    /// Live tracked tensors now, optionally only those born in `session`.
+    pub(crate) fn live(&self, session: Option<u64>) -> Vec<LiveTensor> {
+        let (st, _) = self.settled();
+        queries::live(&st.registry, &st.sites, session)
+    }
+
+    /// Per-site totals of tensors born and dropped, in source order.
+    pub(crate) fn site_totals(&self) -> Vec<SiteTotals> {
+        let (st, _) = self.settled();
+        queries::site_totals(&st.registry, &st.sites, &st.sink)
+    }
+
+    /// Live and peak tracked bytes on `device`.
+    pub(crate) fn tracked_bytes(&self, device: DeviceId) -> (u64, u64) {
+        let (st, _) = self.settled();
+        st.devices.live_peak(device)
+    }
+
+    /// Resets the peak of `device` to its current live bytes.
+    pub(crate) fn reset_tracked_peak(&self, device: DeviceId) {
+        self.state.lock().devices.reset_peak(device);
+    }
+
+    /// Records a memory sample (event log, analysis).
+    pub(crate) fn record_memory(&self, device: DeviceId, sample: MemorySample) {
+        let t_ns = self.now_ns();
+        self.state.lock().sink.emit(Event::Memory {
+            t_ns,
+            device: device.to_string(),
+            sample,
+        });
+    }
+
+    /// What is live now ([`post_mortem`]'s module docs); `reason` says why it is asked
+    /// for.
+    pub(crate) fn post_mortem(&self, reason: &str) -> PostMortem {
+        let mut pm = {
+            let (mut st, sweep) = self.settled();
+            st.sink.declare_call_paths();
+            let mut pm = post_mortem::live_by_origin(&st.registry, &st.made_from, &st.sink);
+            pm.reason = reason.to_string();
+            pm.live_tensors = sweep.live_tensors;
+            pm.live_bytes = sweep.live_bytes;
+            pm.grew_most = post_mortem::grew_most(&st.sink);
+            pm.devices = post_mortem::devices(&st.devices);
+            pm
+        };
+        // The devices' own counters, read without the tracker's lock.
+        let ids: Vec<DeviceId> = self.state.lock().devices.iter().map(|d| d.0).collect();
+        post_mortem::read_counters(&mut pm, ids);
+        pm
+    }
+
+    /// Writes the post-mortem everywhere the tracker writes (stderr, the event log, the
+    /// JSON report).
+    pub(crate) fn write_post_mortem(&self, pm: &PostMortem) {
+        eprint!("{pm}");
+        let t_ns = self.now_ns();
+        let report = {
+            let mut st = self.state.lock();
+            st.sink.emit(Event::PostMortem {
+                t_ns,
+                post_mortem: Box::new(pm.clone()),
+            });
+            st.sink.flush_log();
+            st.sink.report()
+        };
+        write_json(&self.config, &report);
+    }
+}

@@ -1,0 +1,275 @@
+//! The loop calls (part of the root: they hold the lock and call across the parts):
+//! sessions, a loop's open, its iterations' starts and ends (the drain, the sweep, the
+//! monitor, the judgement, the automatic report), its close; and the inputs the macro
+//! saw a tensor computed from.
+
+use super::frames::{FrameState, SessionJudgement};
+use super::inputs::Input;
+use super::probe::{in_session, set_iteration, OpenLoop, LOCAL};
+use super::sweep::Walk;
+use super::{monitor, State, Tracker};
+use crate::phase_timing::{timed, HotPhase};
+use crate::sample;
+use crate::site::Site;
+use crate::weak;
+use candle_core::Tensor;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use tensor_lifetime_report::event::Event;
+
+/// Sampled mode: quiet iteration ends in a row while records are alive (their deaths
+/// reach the judgement within this many iteration ends).
+const QUIET_SPAN: u64 = 64;
+
+impl Tracker {
+    pub(crate) fn new_session(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Warm-up and window overrides for the loops of a session.
+    pub(crate) fn set_session_judgement(
+        &self,
+        session: u64,
+        warmup: Option<u64>,
+        window: Option<u64>,
+    ) {
+        if warmup.is_some() || window.is_some() {
+            self.session_judgement
+                .lock()
+                .insert(session, SessionJudgement { warmup, window });
+        }
+    }
+
+    /// Opens a loop frame on this thread: its id, and whether it is outermost there.
+    pub(crate) fn open_loop(&'static self, site: &'static Site) -> (u64, bool) {
+        let frame = self.next_frame.fetch_add(1, Ordering::Relaxed);
+        let watermark = weak::serial_watermark();
+        let (parent, session, thread) = LOCAL
+            .try_with(|l| {
+                let mut stack = l.stack.borrow_mut();
+                let parent = stack.last().map(|open| (open.frame, open.iteration));
+                stack.push(OpenLoop {
+                    frame,
+                    iteration: 0,
+                    watermark,
+                });
+                (parent, l.session.get().session, l.thread)
+            })
+            .unwrap_or((None, 0, 0));
+        if parent.is_none() {
+            self.primary.open(frame, session, watermark);
+        }
+        let now = Instant::now();
+        let t_ns = self.now_ns();
+        let judgement = self
+            .session_judgement
+            .lock()
+            .get(&session)
+            .copied()
+            .unwrap_or_default();
+        let mut st = self.state.lock();
+        let site_id = st.site_id(site);
+        st.frames.insert(
+            frame,
+            FrameState {
+                parent,
+                site,
+                started: now,
+                ended: 0,
+                printed: Vec::new(),
+            },
+        );
+        let name = if site.label.is_empty() {
+            site.location()
+        } else {
+            site.label.to_string()
+        };
+        st.sink.emit(Event::LoopStart {
+            t_ns,
+            frame,
+            site: site_id,
+            name,
+            parent: parent.map(|p| p.0),
+            parent_iteration: parent.map(|p| p.1),
+            thread,
+            session,
+            warmup: judgement.warmup,
+            window: judgement.window,
+        });
+        (frame, parent.is_none())
+    }
+
+    /// Marks the start of iteration `iteration` of `frame` on this thread; returns its
+    /// start time for the event log ([`Tracker::stamp`]).
+    pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) -> u64 {
+        timed(HotPhase::BeginIteration, || {
+            set_iteration(frame, iteration);
+            self.primary.set_iteration(frame, iteration);
+            self.stamp()
+        })
+    }
+
+    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    pub(crate) fn end_iteration(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+    ) {
+        set_iteration(frame, iteration + 1);
+        self.primary.set_iteration(frame, iteration + 1);
+        let sampled = sample::sampled_mode() && !in_session();
+        if sampled && self.quiet_end() {
+            return;
+        }
+        self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
+    }
+
+    /// Sampled mode: whether this iteration end has nothing to do. No probe was recorded
+    /// since the latest full end, and that end left no record alive, or left some
+    /// fewer than [`QUIET_SPAN`] ends ago (a full end settles their deaths). Not while
+    /// the memory monitor samples.
+    #[inline]
+    fn quiet_end(&self) -> bool {
+        if self.sampled_probes.load(Ordering::Relaxed) != self.quiet_at.load(Ordering::Relaxed)
+            || monitor::on()
+        {
+            return false;
+        }
+        let left = self.quiet_left.load(Ordering::Relaxed);
+        if left == 0 {
+            return false;
+        }
+        self.quiet_left.store(left - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Sampled mode, after a full iteration end that began when `probes` probes had been
+    /// recorded and left `live` records: the ends that may be quiet after it.
+    fn settle_quiet(&self, probes: u64, live: usize) {
+        let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
+        self.quiet_left.store(left, Ordering::Relaxed);
+        self.quiet_at.store(probes, Ordering::Relaxed);
+    }
+
+    /// The sweep and the judgement of [`Tracker::end_iteration`]: out of line, so that a
+    /// quiet end of the sampled mode pays for none of it.
+    #[inline(never)]
+    fn end_iteration_full(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+        sampled: bool,
+    ) {
+        timed(HotPhase::EndIteration, || {
+            let probes = self.sampled_probes.load(Ordering::Relaxed);
+            let mut st = self.state.lock();
+            timed(HotPhase::Drain, || self.drain(&mut st));
+            let t_ns = self.stamp();
+            let sweep = timed(HotPhase::Sweep, || {
+                st.sweep(Walk::End { frame, outermost }, t_ns, self.timed)
+            });
+            if let Some(f) = st.frames.get_mut(&frame) {
+                f.ended = f.ended.max(iteration + 1);
+            }
+            let duration_ns = t_ns.saturating_sub(started_ns);
+            let State { devices, sink, .. } = &mut *st;
+            monitor::tick(devices, sink, t_ns);
+            st.sink.declare_call_paths();
+            let mut roles = st.roles.iteration_end();
+            if sampled {
+                self.settle_quiet(probes, st.registry.len());
+            }
+            timed(HotPhase::Analysis, || {
+                let State { sink, sweeper, .. } = &mut *st;
+                if let (true, Some(interval)) = (sampled, sample::interval()) {
+                    sample::scale_sites(sweeper.sites_mut());
+                    sink.sampled(interval);
+                }
+                sink.iteration_end(
+                    (t_ns, duration_ns),
+                    frame,
+                    iteration,
+                    (sweep.live_tensors, sweep.live_bytes),
+                    sweeper.sites_mut(),
+                    &mut roles,
+                    outermost,
+                );
+                let next_record = st.next_record;
+                st.roles.put_back(roles, next_record);
+            });
+            st.sweeper.trim_sites();
+            if outermost {
+                st.auto_report(&self.config, frame, iteration, false);
+            }
+        });
+    }
+
+    /// Closes `frame` (every path out of the loop).
+    pub(crate) fn close_loop(&'static self, frame: u64, iterations: u64) {
+        let _ = LOCAL.try_with(|l| {
+            let mut stack = l.stack.borrow_mut();
+            if let Some(pos) = stack.iter().rposition(|open| open.frame == frame) {
+                stack.truncate(pos);
+            }
+        });
+        self.primary.close(frame);
+        let mut st = self.state.lock();
+        self.drain(&mut st);
+        let parent = st.frames.get(&frame).and_then(|f| f.parent);
+        // Survivors of a nested loop now belong to the enclosing iteration.
+        let (new_frame, new_iteration) = parent.unwrap_or((0, 0));
+        for r in st.registry.iter_mut() {
+            if r.frame() == frame {
+                r.frame = new_frame as u32;
+                r.iteration = new_iteration as u32;
+            }
+        }
+        let t_ns = self.now_ns();
+        // The aggregates of the old records follow them to the enclosing frame. When that
+        // frame is outermost its next iteration end walks every record, so they are
+        // moved, not rebuilt; a frame nested deeper sweeps partially at its next end,
+        // which must see the records exactly: a full walk rebuilds them, and leaves the
+        // records of that frame's running iteration (the closed loop's survivors among
+        // them) young for that end to walk.
+        let grandparent = parent
+            .and_then(|(p, _)| st.frames.get(&p))
+            .and_then(|f| f.parent);
+        if st.sweeper.generational() {
+            match grandparent {
+                None => st
+                    .sweeper
+                    .reframe(frame as u32, new_frame as u32, new_iteration as u32),
+                Some((settled, _)) => {
+                    let log = st.sink.logs();
+                    st.sweep(Walk::Close { settled }, t_ns, log);
+                }
+            }
+        }
+        st.sink.emit(Event::LoopEnd {
+            t_ns,
+            frame,
+            iterations,
+        });
+        st.sink.flush_log();
+        if parent.is_none() {
+            st.auto_report(&self.config, frame, iterations, true);
+        }
+        st.frames.remove(&frame);
+    }
+
+    /// Notes that `t`, about to be tagged ([`Tracker::probe_made`]: in sampled mode, only
+    /// a sampled one), was computed from `inputs`: only for a tensor
+    /// with an autograd op (the graph walk reaches no other), seen for the first time (no
+    /// weak handle of ours yet), with a tensor among its inputs.
+    #[inline]
+    pub(crate) fn made_from(&'static self, t: &Tensor, inputs: &[Input]) {
+        if !t.track_op() || t.is_variable() || weak::weak_count(t) != 0 {
+            return;
+        }
+        self.state.lock().made_from.note(Input::of(t), inputs);
+    }
+}
