@@ -91,8 +91,8 @@ pub fn run(args: &[String]) -> Result<()> {
                 callgrind_ir_env(
                     &exe,
                     &[
-                        "run", "rollout", variant, "--steps", &n_arg, "--warmup", "1",
-                        "--epochs", epochs,
+                        "run", "rollout", variant, "--steps", &n_arg, "--warmup", "1", "--epochs",
+                        epochs,
                     ],
                     Mode::Plain,
                     env,

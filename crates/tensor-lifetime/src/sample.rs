@@ -88,11 +88,7 @@ impl fmt::Display for Sampling {
         match self {
             Sampling::Exact => f.write_str("exact"),
             Sampling::Interval(bytes) => {
-                write!(
-                    f,
-                    "{}",
-                    tensor_lifetime_report::size::format_bytes(*bytes)
-                )
+                write!(f, "{}", tensor_lifetime_report::size::format_bytes(*bytes))
             }
         }
     }
@@ -410,7 +406,10 @@ mod tests {
                     .count();
                 found += u64::from(events >= 3);
             }
-            assert!(found * 100 >= 99 * runs, "{leak}/{interval}: {found} of {runs}");
+            assert!(
+                found * 100 >= 99 * runs,
+                "{leak}/{interval}: {found} of {runs}"
+            );
         }
     }
 

@@ -112,7 +112,10 @@ fn sampled_mode_finds_every_leak_of_the_matrix_within_the_bound_in_99_of_100_see
                 median * 100.0
             ));
             if hits * 100 < 99 * SEEDS {
-                problems.push(format!("{}: found in only {hits} of {SEEDS} seeds", case.name));
+                problems.push(format!(
+                    "{}: found in only {hits} of {SEEDS} seeds",
+                    case.name
+                ));
             }
             if median > 0.25 {
                 problems.push(format!(
@@ -134,8 +137,10 @@ fn sampled_mode_finds_every_leak_of_the_matrix_within_the_bound_in_99_of_100_see
 /// process that samples: an interval no tensor of the loop reaches would sample nothing.
 #[test]
 fn leak_tests_are_exact_whatever_the_sampling() {
-    if !tensor_lifetime_tests::process::alone(module_path!(), "leak_tests_are_exact_whatever_the_sampling")
-    {
+    if !tensor_lifetime_tests::process::alone(
+        module_path!(),
+        "leak_tests_are_exact_whatever_the_sampling",
+    ) {
         return;
     }
     std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
@@ -152,10 +157,12 @@ fn leak_tests_are_exact_whatever_the_sampling() {
     let f = found(&want, &outcome).unwrap_or_else(|| panic!("not found:\n{}", outcome.report));
     assert_eq!((f.survivors, f.bytes), (want.survivors, want.bytes));
     assert!(!outcome.report.estimated);
-    let leaked = std::panic::catch_unwind(|| {
-        tensor_lifetime::assert_no_leaks(|| (case.run)(p).map(|_| ()))
-    });
-    assert!(leaked.is_err(), "assert_no_leaks missed the leak while sampling");
+    let leaked =
+        std::panic::catch_unwind(|| tensor_lifetime::assert_no_leaks(|| (case.run)(p).map(|_| ())));
+    assert!(
+        leaked.is_err(),
+        "assert_no_leaks missed the leak while sampling"
+    );
     // The same loop sampled at that interval keeps no record: nothing to find.
     let (_, _, sampled) = run_sampled(case, p.steps);
     assert!(!sampled.report.has_leaks(), "{}", sampled.report);
