@@ -96,7 +96,7 @@ pub fn run(args: &[String]) -> Result<()> {
 /// How a variant's process is run: the tracked binary with tracking off, or with the
 /// event log written (to a temporary file, removed after the run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Plain,
     Off,
     Log,
@@ -112,8 +112,19 @@ const VARIANTS: [(&str, &str, Mode); 4] = [
 
 /// Instructions executed by `bench_loops run <args>` under callgrind.
 fn callgrind_ir(exe: &Path, args: &[&str], mode: Mode) -> Result<u64> {
+    callgrind_ir_env(exe, args, mode, &[])
+}
+
+/// [`callgrind_ir`] with more environment variables (`TENSOR_LIFETIME_SAMPLE`).
+pub(crate) fn callgrind_ir_env(
+    exe: &Path,
+    args: &[&str],
+    mode: Mode,
+    env: &[(&str, &str)],
+) -> Result<u64> {
     let out_file = std::env::temp_dir().join(format!("tl-callgrind-{}", std::process::id()));
     let mut cmd = Command::new("valgrind");
+    cmd.envs(env.iter().copied());
     cmd.arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(exe)

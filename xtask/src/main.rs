@@ -9,6 +9,7 @@ mod cuda_toolkit;
 mod doc_commands;
 mod gpu_build;
 mod layers;
+mod sample_cost;
 mod util;
 
 use anyhow::{bail, Result};
@@ -45,6 +46,10 @@ tasks:
       callgrind on the tracked and the plain loop at 2 and 6 steps, tracked minus plain
       per function, without the math and random-number functions whose counts depend on
       the run's random values. Prints the total and the N costliest functions (25).
+  sample-cost [--interval SIZE] [--rollout N,N,...] [--no-build]
+      The sampled mode's cost: the small loop, the MLP step and the rollout epoch at each
+      N (1000,10000,100000) untracked and tracked with TENSOR_LIFETIME_SAMPLE=SIZE
+      (512KiB), instructions under callgrind side by side, and their ratios.
   candle-matrix [--only VERSION]... [--no-patch] [--update-locks]
       For each supported candle-core release (0.8.4, 0.9.1, 0.10.2, 0.11.1), with its own
       lockfile (xtask/candle-matrix/VERSION.lock) in a copy of the workspace under
@@ -83,6 +88,7 @@ fn main() -> Result<()> {
         "candle-matrix" => candle_matrix::run(&rest),
         "user-crates" => candle_matrix::user_crates::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
+        "sample-cost" => sample_cost::run(&rest),
         "layers" => layers::run(&rest),
         "doc-commands" => doc_commands::run(&rest),
         "help" | "-h" | "--help" => {

@@ -215,6 +215,17 @@ pub struct Report {
     /// What was live when a tracked function returned an out-of-memory error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_mortem: Option<Box<PostMortem>>,
+    /// The figures are estimates from a sample of the tensors (the tracker's sampled
+    /// mode): counts and bytes scaled by the inverse of each sample's probability.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub estimated: bool,
+    /// The sampled mode's mean interval in bytes between samples (with `estimated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_interval: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Report {
@@ -226,6 +237,25 @@ impl Report {
     /// Whether any finding is a leak.
     pub fn has_leaks(&self) -> bool {
         self.leaks().next().is_some()
+    }
+
+    /// Marks the figures as estimates from a sample taken every `interval` bytes on
+    /// average (the tracker's sampled mode).
+    pub fn mark_estimated(&mut self, interval: u64) {
+        self.estimated = true;
+        self.sample_interval = Some(interval);
+    }
+
+    /// The sentence that says the figures are estimates, when they are.
+    pub fn estimate_note(&self) -> Option<String> {
+        self.estimated.then(|| {
+            let every = self
+                .sample_interval
+                .map_or_else(|| "a sample".to_string(), |i| format!("one per {} on average", format_bytes(i)));
+            format!(
+                "estimated: tensors sampled by size ({every}); counts and bytes are scaled by the inverse sampling probability"
+            )
+        })
     }
 
     /// Pretty JSON.
@@ -409,6 +439,9 @@ impl fmt::Display for Report {
             format_bytes(self.live_bytes),
             format_bytes(self.peak_live_bytes),
         )?;
+        if let Some(note) = self.estimate_note() {
+            writeln!(f, "{note}")?;
+        }
         if !self.memory_by_role.is_empty() {
             writeln!(f, "memory {}", self.memory_by_role)?;
         }

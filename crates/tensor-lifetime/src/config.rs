@@ -8,11 +8,14 @@
 //! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the JSON-lines event log (`docs/event-log.md`) |
 //! | `TENSOR_LIFETIME_RANK`, `TENSOR_LIFETIME_WORLD_SIZE` | numbers | this process's rank and the job's size; else the launchers' `RANK` / `WORLD_SIZE` (`LOCAL_RANK` when there is no `RANK`) |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
+//! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default) or a byte interval (`512KiB`, `2MiB`) | records a sample of the tensors, each of `s` bytes with probability `1 - exp(-s / interval)`; every figure from the samples is an estimate (`crate::sample`) |
+//! | `TENSOR_LIFETIME_SAMPLE_SEED` | a number (default 0) | which tensors a sampled run records (one seed, one sample) |
 //! | `TENSOR_LIFETIME_EXACT_MAX` | a number of live records (default 16) | above it, inner iteration ends walk what changed plus a bounded slice (`tracker::sweep`); set low to test that mode on small programs |
 //!
 //! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
 //! accepted values, and the default is kept.
 
+use crate::sample::Sampling;
 use std::path::PathBuf;
 
 /// Where automatic reports go.
@@ -42,6 +45,10 @@ pub(crate) struct Config {
     pub(crate) memory_every: u64,
     /// Live records above which inner iteration ends sweep partially.
     pub(crate) exact_max: usize,
+    /// Every tensor, or a sample (`TENSOR_LIFETIME_SAMPLE`).
+    pub(crate) sample: Sampling,
+    /// `TENSOR_LIFETIME_SAMPLE_SEED`, when set.
+    pub(crate) sample_seed: Option<u64>,
     pub(crate) rank: Rank,
 }
 
@@ -94,6 +101,8 @@ impl Config {
             log: path("TENSOR_LIFETIME_LOG"),
             memory_every: memory_every(get("TENSOR_LIFETIME_MEMORY_EVERY").as_deref()),
             exact_max: exact_max(get("TENSOR_LIFETIME_EXACT_MAX").as_deref()),
+            sample: sample(get("TENSOR_LIFETIME_SAMPLE").as_deref()),
+            sample_seed: number64(&get, "TENSOR_LIFETIME_SAMPLE_SEED"),
             rank,
         }
     }
@@ -136,6 +145,29 @@ fn exact_max(value: Option<&str>) -> usize {
             DEFAULT
         }),
     }
+}
+
+fn sample(value: Option<&str>) -> Sampling {
+    match value.map(str::trim) {
+        None | Some("") => Sampling::Exact,
+        Some(v) => v.parse().unwrap_or_else(|e: crate::sample::SamplingError| {
+            eprintln!("tensor-lifetime: TENSOR_LIFETIME_SAMPLE: {e}; tracking stays exact");
+            Sampling::Exact
+        }),
+    }
+}
+
+/// `var` as a 64-bit number, if set (a value that is not one is said once and not used).
+fn number64(get: &impl Fn(&str) -> Option<String>, var: &str) -> Option<u64> {
+    let value = get(var)?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    value
+        .parse()
+        .map_err(|_| warn_env(var, value, "a non-negative number", "it is not used"))
+        .ok()
 }
 
 fn memory_every(value: Option<&str>) -> u64 {
@@ -223,6 +255,28 @@ mod tests {
         let pid = std::process::id();
         assert_eq!(c.json.unwrap(), PathBuf::from(format!("r-3-{pid}.json")));
         assert_eq!(expand_path("x-{rank}.jsonl", None, 7), "x-0.jsonl");
+    }
+
+    #[test]
+    fn sampling_is_exact_unless_an_interval_is_given() {
+        assert_eq!(cfg(&[]).sample, Sampling::Exact);
+        assert_eq!(cfg(&[]).sample_seed, None);
+        let c = cfg(&[
+            ("TENSOR_LIFETIME_SAMPLE", "512KiB"),
+            ("TENSOR_LIFETIME_SAMPLE_SEED", "42"),
+        ]);
+        assert_eq!(c.sample, Sampling::Interval(512 * 1024));
+        assert_eq!(c.sample_seed, Some(42));
+        assert_eq!(
+            cfg(&[("TENSOR_LIFETIME_SAMPLE", "exact")]).sample,
+            Sampling::Exact
+        );
+        // Bad input is said (stderr) and tracking stays exact.
+        let c = cfg(&[
+            ("TENSOR_LIFETIME_SAMPLE", "sometimes"),
+            ("TENSOR_LIFETIME_SAMPLE_SEED", "x"),
+        ]);
+        assert_eq!((c.sample, c.sample_seed), (Sampling::Exact, None));
     }
 
     #[test]

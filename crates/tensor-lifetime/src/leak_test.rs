@@ -123,6 +123,32 @@ pub fn check_leaks<R>(
     options: LeakTestOptions,
     f: impl FnOnce() -> R,
 ) -> crate::Result<(R, LeakTestOutcome)> {
+    judge_session(options, false, f)
+}
+
+/// [`check_leaks`] with the session's tensors sampled as the tracker samples outside
+/// leak tests (the sampled mode's interval and seed; exact when it does not sample), and
+/// the report marked as estimated: the seeded detection tests of the sampled mode judge
+/// the reliability matrix's loops with it. Leak tests never sample.
+#[doc(hidden)]
+pub fn check_leaks_sampled<R>(
+    options: LeakTestOptions,
+    f: impl FnOnce() -> R,
+) -> crate::Result<(R, LeakTestOutcome)> {
+    let (value, mut outcome) = judge_session(options, true, f)?;
+    if let Some(interval) = crate::sample::interval() {
+        outcome.report.mark_estimated(interval);
+    }
+    Ok((value, outcome))
+}
+
+/// Runs `f` under a new session (`sampled`: its probes sampled, [`SessionMark`]) and
+/// judges it.
+fn judge_session<R>(
+    options: LeakTestOptions,
+    sampled: bool,
+    f: impl FnOnce() -> R,
+) -> crate::Result<(R, LeakTestOutcome)> {
     let Some(t) = tracker::active() else {
         return Err(match tracker::failure() {
             Some(why) => crate::Error::TrackerUnavailable(why),
@@ -135,6 +161,7 @@ pub fn check_leaks<R>(
         let _guard = SessionGuard(tracker::set_session(SessionMark {
             session,
             watermark: crate::weak::serial_watermark(),
+            sampled,
         }));
         f()
     };

@@ -37,6 +37,8 @@
 //! | `TENSOR_LIFETIME_JSON` | path | the latest report as JSON, rewritten at each report |
 //! | `TENSOR_LIFETIME_LOG` | path | the JSON-lines event log (`docs/event-log.md`), flushed at each iteration end |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | iterations, `0`/`off` | the memory monitor's period ([`set_memory_monitor`]) |
+//! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default), a byte interval (`512KiB`) | record a sample of the tensors; reports say their figures are estimates ([`set_sampling`], [`sample`]) |
+//! | `TENSOR_LIFETIME_SAMPLE_SEED` | a number | which tensors a sampled run records ([`set_sample_seed`]) |
 //!
 //! # Features
 //!
@@ -64,6 +66,7 @@
 //! - [`scope`]: loop scopes and iterations as RAII guards.
 //! - `probe` (private): tagging values of any type (reached through [`tag!`],
 //!   [`store!`] and the macros).
+//! - [`sample`]: the sampled mode (which tensors are recorded, what each stands for).
 //! - [`leak_test`](mod@leak_test): sessions, [`assert_no_leaks`], [`check_leaks`].
 //! - [`memory`]: memory statistics per device ([`memory_stats`], [`memory_summary`],
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
@@ -91,6 +94,7 @@ mod oom;
 mod phase_timing;
 mod probe;
 mod probe_buffer;
+pub mod sample;
 pub mod scope;
 pub mod site;
 mod tracker;
@@ -103,6 +107,7 @@ pub use memory::{
     memory_stats, memory_summary, record_memory_sample, reset_peak, set_memory_monitor,
     set_release_threshold, MemoryStats,
 };
+pub use sample::{sampling, set_sample_seed, set_sampling, Sampling};
 pub use scope::{in_task, AsyncLoopScope, InTask, Iteration, LoopScope};
 pub use site::{Site, SiteKind};
 pub use tensor_lifetime_report::{self as report_model, Finding, FindingKind, Report};

@@ -42,10 +42,7 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
     }
     if let Some(t) = tracker::active() {
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
-            visit(value, &mut |x| {
-                t.made_from(x, inputs);
-                t.probe(x, site, false, 0)
-            });
+            visit(value, &mut |x| t.probe_made(x, site, inputs));
         }
     }
 }

@@ -13,6 +13,7 @@
 //! no loop of its own belong to the process's primary loop, whichever test opened it.
 
 pub mod cases;
+mod sampled;
 
 use candle_core::{Result, Storage, Tensor};
 use cases::*;

@@ -111,6 +111,9 @@ pub struct Analysis {
     memory_by_role: RoleHistory,
     /// The latest post-mortem ([`Event::PostMortem`]).
     post_mortem: Option<Box<PostMortem>>,
+    /// The sampled mode's interval, when the figures of loops outside leak-test sessions
+    /// are estimates ([`Analysis::set_sample_interval`]).
+    sample_interval: Option<u64>,
 }
 
 impl Analysis {
@@ -119,6 +122,13 @@ impl Analysis {
             frames: Frames::new(judgement),
             ..Analysis::default()
         }
+    }
+
+    /// Says that the survivors of loops outside leak-test sessions are a sample taken
+    /// every `interval` bytes on average, their counts and bytes scaled by the inverse
+    /// probability (`None`: exact): the reports of every loop say they are estimates.
+    pub fn set_sample_interval(&mut self, interval: Option<u64>) {
+        self.sample_interval = interval;
     }
 
     /// The knobs in use.
@@ -326,6 +336,9 @@ impl Analysis {
             memory: self.memory.clone(),
             memory_by_role: self.memory_by_role(),
             post_mortem: self.post_mortem.clone(),
+            // A session's loops are exact (leak tests never sample).
+            estimated: session.is_none() && self.sample_interval.is_some(),
+            sample_interval: self.sample_interval.filter(|_| session.is_none()),
         }
     }
 }

@@ -439,6 +439,8 @@ impl MergedReport {
             memory: BTreeMap::new(),
             memory_by_role: crate::roles::MemoryByRole::default(),
             post_mortem: None,
+            estimated: false,
+            sample_interval: None,
         }
     }
 
@@ -539,6 +541,8 @@ mod tests {
             memory: BTreeMap::new(),
             memory_by_role: crate::roles::MemoryByRole::default(),
             post_mortem: None,
+            estimated: false,
+            sample_interval: None,
         };
         c.finish(format!("rank-{rank}.jsonl"), report)
     }

@@ -116,9 +116,13 @@ pub fn render(timeline: &Timeline, report: &Report, opts: &HtmlOptions) -> Strin
     } else {
         "clean"
     };
+    let estimated = report
+        .estimate_note()
+        .map(|note| format!("<p id=\"estimated\" class=\"meta\">{}</p>\n", esc(&note)))
+        .unwrap_or_default();
     let _ = write!(
         out,
-        "<header><h1>{title}</h1>\n<p id=\"summary\" class=\"{status}\">{}</p>\n\
+        "<header><h1>{title}</h1>\n<p id=\"summary\" class=\"{status}\">{}</p>\n{estimated}\
          <p class=\"meta\">{} events, {} iteration ends; peak live {}; {} sites</p></header>\n",
         esc(summary_line),
         group(timeline.events),

@@ -5,19 +5,50 @@
 
 use super::probe::{self, Observed, Pending, View, RINGS};
 use super::registry::Record;
-use super::{roles, State, Tracker};
+use super::{roles, Input, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
+use crate::sample;
 use crate::site::Site;
 use candle_core::Tensor;
 use std::fmt::Write as _;
 use tensor_lifetime_report::event::Event;
 
 impl Tracker {
+    /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
+    /// the sample leaves out ([`probe::sampled_out`]) costs only that test.
+    #[inline(always)]
+    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+        let scale = sample::scale();
+        if scale != 0 {
+            if probe::sampled_out(t, scale) {
+                return;
+            }
+            self.note_sampled_probe();
+        }
+        self.record_probe(t, site, store, hint);
+    }
+
+    /// [`Tracker::probe`] of a binding whose value the macro saw computed from `inputs`:
+    /// a tensor with an autograd op keeps them as its graph's inputs
+    /// ([`Tracker::made_from`]), in sampled mode only a sampled one.
+    #[inline(always)]
+    pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
+        let scale = sample::scale();
+        if scale != 0 {
+            if probe::sampled_out(t, scale) {
+                return;
+            }
+            self.note_sampled_probe();
+        }
+        self.made_from(t, inputs);
+        self.record_probe(t, site, false, 0);
+    }
+
     /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
     /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
     /// one copy of it for all of a loop body's probes.
     #[inline(never)]
-    pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+    fn record_probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         timed(HotPhase::Probe, || {
             probe::enter(
                 t,

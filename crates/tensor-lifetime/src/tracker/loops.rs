@@ -5,16 +5,21 @@
 
 use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
-use super::probe::{set_iteration, OpenLoop, LOCAL};
+use super::probe::{in_session, set_iteration, OpenLoop, LOCAL};
 use super::sweep::{Parts, Walk};
 use super::{monitor, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
+use crate::sample;
 use crate::site::Site;
 use crate::weak;
 use candle_core::Tensor;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
+
+/// Sampled mode: quiet iteration ends in a row while records are alive (their deaths
+/// reach the judgement within this many iteration ends).
+const QUIET_SPAN: u64 = 64;
 
 impl Tracker {
     pub(crate) fn new_session(&self) -> u64 {
@@ -112,9 +117,55 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
+        set_iteration(frame, iteration + 1);
+        self.primary.set_iteration(frame, iteration + 1);
+        let sampled = sample::sampled_mode() && !in_session();
+        if sampled && self.quiet_end() {
+            return;
+        }
+        self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
+    }
+
+    /// Sampled mode: whether this iteration end has nothing to do. No probe was recorded
+    /// since the latest full end, and that end left no record alive, or left some
+    /// fewer than [`QUIET_SPAN`] ends ago (a full end settles their deaths). Not while
+    /// the memory monitor samples.
+    #[inline]
+    fn quiet_end(&self) -> bool {
+        if self.sampled_probes.load(Ordering::Relaxed) != self.quiet_at.load(Ordering::Relaxed)
+            || monitor::on()
+        {
+            return false;
+        }
+        let left = self.quiet_left.load(Ordering::Relaxed);
+        if left == 0 {
+            return false;
+        }
+        self.quiet_left.store(left - 1, Ordering::Relaxed);
+        true
+    }
+
+    /// Sampled mode, after a full iteration end that began when `probes` probes had been
+    /// recorded and left `live` records: the ends that may be quiet after it.
+    fn settle_quiet(&self, probes: u64, live: usize) {
+        let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
+        self.quiet_left.store(left, Ordering::Relaxed);
+        self.quiet_at.store(probes, Ordering::Relaxed);
+    }
+
+    /// The sweep and the judgement of [`Tracker::end_iteration`]: out of line, so that a
+    /// quiet end of the sampled mode pays for none of it.
+    #[inline(never)]
+    fn end_iteration_full(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+        sampled: bool,
+    ) {
         timed(HotPhase::EndIteration, || {
-            set_iteration(frame, iteration + 1);
-            self.primary.set_iteration(frame, iteration + 1);
+            let probes = self.sampled_probes.load(Ordering::Relaxed);
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));
             let t_ns = self.stamp();
@@ -129,8 +180,15 @@ impl Tracker {
             monitor::tick(devices, sink, t_ns);
             st.parts.sink.declare_call_paths();
             let mut roles = st.parts.roles.iteration_end();
+            if sampled {
+                self.settle_quiet(probes, st.parts.registry.len());
+            }
             timed(HotPhase::Analysis, || {
                 let State { parts, sweeper, .. } = &mut *st;
+                if let (true, Some(interval)) = (sampled, sample::interval()) {
+                    sample::scale_sites(sweeper.sites_mut());
+                    parts.sink.sampled(interval);
+                }
                 parts.sink.iteration_end(
                     (t_ns, duration_ns),
                     frame,
@@ -203,7 +261,8 @@ impl Tracker {
         st.parts.frames.remove(&frame);
     }
 
-    /// Notes that `t`, about to be tagged, was computed from `inputs`: only for a tensor
+    /// Notes that `t`, about to be tagged ([`Tracker::probe_made`]: in sampled mode, only
+    /// a sampled one), was computed from `inputs`: only for a tensor
     /// with an autograd op (the graph walk reaches no other), seen for the first time (no
     /// weak handle of ours yet), with a tensor among its inputs.
     #[inline]

@@ -206,7 +206,18 @@ pub(crate) struct Tracker {
     primary: PrimaryLoop,
     /// Judgement overrides of leak-test sessions.
     session_judgement: Mutex<HashMap<u64, SessionJudgement>>,
+    /// Sampled mode: probes that were not left out (counted only in that mode).
+    sampled_probes: AtomicU64,
+    /// Sampled mode: `sampled_probes` as of the latest full iteration end that left no
+    /// record alive ([`NOT_QUIET`] otherwise): while it is unchanged, an iteration end
+    /// has nothing to walk or judge.
+    quiet_at: AtomicU64,
+    /// Sampled mode: quiet iteration ends left before a full one.
+    quiet_left: AtomicU64,
 }
+
+/// [`Tracker::quiet_at`] when records are alive.
+const NOT_QUIET: u64 = u64::MAX;
 
 impl std::fmt::Debug for Tracker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -220,6 +231,7 @@ impl Tracker {
         let log = sink::Sink::open_log(&config);
         let exact_max = config.exact_max;
         monitor::configure(config.memory_every);
+        crate::sample::configure(config.sample, config.sample_seed);
         // Threads register their probe rings from now on.
         probe::RINGS.start();
         Tracker {
@@ -231,7 +243,18 @@ impl Tracker {
             next_session: AtomicU64::new(1),
             primary: PrimaryLoop::default(),
             session_judgement: Mutex::new(HashMap::new()),
+            sampled_probes: AtomicU64::new(0),
+            quiet_at: AtomicU64::new(NOT_QUIET),
+            quiet_left: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a probe the sampled mode did not leave out (the next iteration end is a
+    /// full one).
+    #[inline(always)]
+    fn note_sampled_probe(&self) {
+        self.sampled_probes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     #[inline]

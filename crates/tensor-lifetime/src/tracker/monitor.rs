@@ -31,6 +31,13 @@ pub(super) fn configure(every: u64) {
     let _ = EVERY.compare_exchange(UNSET, every, Ordering::Relaxed, Ordering::Relaxed);
 }
 
+/// Whether the monitor samples (an iteration end must then be counted).
+#[inline]
+pub(super) fn on() -> bool {
+    let every = EVERY.load(Ordering::Relaxed);
+    every != 0 && every != UNSET
+}
+
 /// Counts an iteration end; whether a sample is due. One atomic load while off (iteration
 /// ends are counted only while the monitor is on).
 #[inline]

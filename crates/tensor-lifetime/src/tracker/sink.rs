@@ -225,6 +225,12 @@ impl Sink {
         }
     }
 
+    /// Says that the judgement's survivors outside leak tests are estimates from a sample
+    /// taken every `interval` bytes on average (reports say so).
+    pub(super) fn sampled(&mut self, interval: u64) {
+        self.analysis.set_sample_interval(Some(interval));
+    }
+
     /// The report of every loop now.
     pub(super) fn report(&self) -> Report {
         self.analysis.report()

@@ -5,7 +5,7 @@
 use super::{Pending, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A loop open on this thread.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +25,9 @@ pub(in crate::tracker) struct OpenLoop {
 pub(crate) struct SessionMark {
     pub(crate) session: u64,
     pub(crate) watermark: u64,
+    /// The session's probes are sampled like those outside sessions (the seeded
+    /// detection tests); a leak test's are exact.
+    pub(crate) sampled: bool,
 }
 
 pub(in crate::tracker) struct Local {
@@ -58,11 +61,37 @@ thread_local! {
     };
 }
 
+/// Threads in a leak-test session now: while there is none, a probe that the sampled
+/// mode leaves out reads no thread-local state.
+static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
 /// Sets this thread's session (leak tests); returns the previous one.
 pub(crate) fn set_session(session: SessionMark) -> SessionMark {
-    LOCAL
+    let previous = LOCAL
         .try_with(|l| l.session.replace(session))
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match (previous.session != 0, session.session != 0) {
+        (false, true) => {
+            SESSIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        (true, false) => {
+            SESSIONS.fetch_sub(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+    previous
+}
+
+/// Whether this thread runs a leak test (its probes are exact in sampled mode).
+#[inline(always)]
+pub(in crate::tracker) fn in_session() -> bool {
+    SESSIONS.load(Ordering::Relaxed) != 0
+        && LOCAL
+            .try_with(|l| {
+                let mark = l.session.get();
+                mark.session != 0 && !mark.sampled
+            })
+            .unwrap_or(false)
 }
 
 /// Sets this thread's iteration of `frame` (the innermost open loop of that frame).

@@ -9,7 +9,7 @@ mod local;
 mod observe;
 
 pub(in crate::tracker) use birth::{Birth, PrimaryLoop};
-pub(in crate::tracker) use local::{set_iteration, OpenLoop, LOCAL};
+pub(in crate::tracker) use local::{in_session, set_iteration, OpenLoop, LOCAL};
 pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub(in crate::tracker) use observe::{Observed, View};
 
@@ -117,6 +117,18 @@ impl Rings {
             |a, b| merge(a, b, self.threaded.load(Ordering::Relaxed)),
         );
     }
+}
+
+/// Whether the sampled mode (at `scale`, [`crate::sample::scale`], not 0) leaves `t`
+/// out: the sample skips it ([`crate::sample::skips`]: its creation serial and own
+/// bytes), it has no record (no weak handle of ours: a record or a probe entry), and this
+/// thread runs no leak test (leak tests are exact). Such a tensor gets no entry, no
+/// record, no graph input and no holder.
+#[inline(always)]
+pub(in crate::tracker) fn sampled_out(t: &Tensor, scale: u64) -> bool {
+    crate::sample::skips(scale, weak::serial(t), own_bytes(t))
+        && weak::weak_count(t) == 0
+        && !in_session()
 }
 
 /// Records a tensor seen at `site` (a binding, or a store when `store`) with the role

@@ -1,0 +1,108 @@
+//! `cargo xtask sample-cost`: the sampled mode's cost, instructions side by side in one
+//! run: each loop untracked and tracked with `TENSOR_LIFETIME_SAMPLE` (512KiB unless
+//! `--interval` says otherwise), under callgrind with one compute thread, and the ratio.
+//!
+//! The small loop and the MLP: `--warmup 1` with 6 and with 2 measured steps, the
+//! difference over 4 (one step, start-up excluded). The rollout at each N of
+//! `--rollout` (1 000, 10 000, 100 000): `--warmup 1` with 2 and with 1 measured epochs,
+//! the difference (one epoch). Figures: docs/performance.md, "The sampled mode".
+
+use crate::bench::{callgrind_ir_env, Mode};
+use crate::util::{flag_value, root, run_cmd};
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+
+/// `cargo xtask sample-cost [--interval SIZE] [--rollout N,N,...] [--no-build]`.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut interval = "512KiB".to_string();
+    let mut rollout = vec![1_000u64, 10_000, 100_000];
+    let mut build = true;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--interval" => interval = flag_value(a, &mut it)?,
+            "--rollout" => {
+                rollout = flag_value(a, &mut it)?
+                    .split(',')
+                    .map(|n| n.trim().replace('_', "").parse())
+                    .collect::<Result<_, _>>()
+                    .context("--rollout needs numbers separated by commas")?
+            }
+            "--no-build" => build = false,
+            other => bail!(
+                "sample-cost: unknown option `{other}` (options: --interval SIZE \
+                 --rollout N,N,... --no-build)"
+            ),
+        }
+    }
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        bail!("sample-cost: valgrind not found (it counts the instructions)");
+    }
+    let root = root();
+    if build {
+        run_cmd(
+            Command::new(env!("CARGO"))
+                .current_dir(&root)
+                .args(["build", "--release", "-p", "tensor-lifetime-examples"])
+                .args(["--example", "bench_loops"]),
+        )?;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let exe = target.join("release/examples/bench_loops");
+    let sampled = [("TENSOR_LIFETIME_SAMPLE", interval.as_str())];
+    println!(
+        "sampled ({interval}) against untracked, instructions (callgrind, RAYON_NUM_THREADS=1)"
+    );
+    println!(
+        "{:<16} {:>16} {:>16} {:>8}",
+        "loop", "untracked", "sampled", "ratio"
+    );
+    let row = |name: &str, plain: f64, tracked: f64| {
+        println!(
+            "{:<16} {:>16.0} {:>16.0} {:>8.4}",
+            name,
+            plain,
+            tracked,
+            tracked / plain
+        );
+    };
+    for workload in ["small", "mlp"] {
+        let per_step = |variant: &str, env: &[(&str, &str)]| -> Result<f64> {
+            let ir = |steps: &str| {
+                callgrind_ir_env(
+                    &exe,
+                    &["run", workload, variant, "--warmup", "1", "--steps", steps],
+                    Mode::Plain,
+                    env,
+                )
+            };
+            Ok(ir("6")?.saturating_sub(ir("2")?) as f64 / 4.0)
+        };
+        let plain = per_step("plain", &[])?;
+        let tracked = per_step("tracked", &sampled)?;
+        row(&format!("{workload} (step)"), plain, tracked);
+    }
+    for n in rollout {
+        let n_arg = n.to_string();
+        let per_epoch = |variant: &str, env: &[(&str, &str)]| -> Result<f64> {
+            let ir = |epochs: &str| {
+                callgrind_ir_env(
+                    &exe,
+                    &[
+                        "run", "rollout", variant, "--steps", &n_arg, "--warmup", "1", "--epochs",
+                        epochs,
+                    ],
+                    Mode::Plain,
+                    env,
+                )
+            };
+            Ok(ir("2")?.saturating_sub(ir("1")?) as f64)
+        };
+        let plain = per_epoch("plain", &[])?;
+        let tracked = per_epoch("tracked", &sampled)?;
+        row(&format!("rollout N={n}"), plain, tracked);
+    }
+    Ok(())
+}
