@@ -8,6 +8,7 @@ mod candle_matrix;
 mod cuda_toolkit;
 mod gpu_build;
 mod layers;
+mod log_cost;
 mod util;
 
 use anyhow::{bail, Result};
@@ -44,6 +45,11 @@ tasks:
       callgrind on the tracked and the plain loop at 2 and 6 steps, tracked minus plain
       per function, without the math and random-number functions whose counts depend on
       the run's random values. Prints the total and the N costliest functions (25).
+  log-cost [--steps N]
+      What the event log costs: callgrind instructions of one rollout epoch of N steps
+      (1000) tracked without a log, with the binary log and with the JSON-lines log, side
+      by side, each log's ratio to none; then bytes per event of the rollout and the four
+      CPU examples, binary beside JSON lines. Figures: docs/performance.md.
   candle-matrix [--only VERSION]... [--no-patch] [--update-locks]
       For each supported candle-core release (0.8.4, 0.9.1, 0.10.2, 0.11.1), with its own
       lockfile (xtask/candle-matrix/VERSION.lock) in a copy of the workspace under
@@ -77,6 +83,7 @@ fn main() -> Result<()> {
         "user-crates" => candle_matrix::user_crates::run(&rest),
         "tracker-cost" => bench::tracker_cost(&rest),
         "layers" => layers::run(&rest),
+        "log-cost" => log_cost::run(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

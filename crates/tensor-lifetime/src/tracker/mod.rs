@@ -99,8 +99,6 @@ use frames::{FrameState, PrimaryLoop, SessionJudgement};
 use ingest::Pending;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufWriter;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -282,7 +280,7 @@ impl Tracker {
 
 impl State {
     /// No records, sites or frames yet; events go to `log` (if any) and the judgement.
-    fn new(log: Option<BufWriter<File>>, exact_max: usize) -> State {
+    fn new(log: Option<sink::LogWriter>, exact_max: usize) -> State {
         State {
             sites: Vec::new(),
             registry: registry::Registry::default(),
