@@ -48,9 +48,11 @@ pub fn run(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let bench = examples.join("bench_loops");
     let rollout = |epochs: &str| -> Vec<String> {
-        ["run", "rollout", "tracked", "--steps", &steps, "--warmup", "1", "--epochs", epochs]
-            .map(String::from)
-            .to_vec()
+        [
+            "run", "rollout", "tracked", "--steps", &steps, "--warmup", "1", "--epochs", epochs,
+        ]
+        .map(String::from)
+        .to_vec()
     };
 
     println!("rollout N = {steps}: instructions of one epoch (callgrind, 2 epochs - 1 epoch)");
@@ -66,10 +68,7 @@ pub fn run(args: &[String]) -> Result<()> {
         if log.is_none() {
             base = per_epoch;
         }
-        println!(
-            "{name:<12} {per_epoch:>16.0} {:>12.4}",
-            per_epoch / base
-        );
+        println!("{name:<12} {per_epoch:>16.0} {:>12.4}", per_epoch / base);
     }
 
     println!("\nbytes per event (natively run, each format its own run):");
@@ -78,13 +77,10 @@ pub fn run(args: &[String]) -> Result<()> {
         "run", "events", "binary B", "B/event", "JSON B", "B/event"
     );
     let mut total = [0u64; 4];
-    let runs: Vec<(&str, PathBuf, Vec<String>)> = std::iter::once((
-        "rollout",
-        bench.clone(),
-        rollout("2"),
-    ))
-    .chain(EXAMPLES.iter().map(|e| (*e, examples.join(e), Vec::new())))
-    .collect();
+    let runs: Vec<(&str, PathBuf, Vec<String>)> =
+        std::iter::once(("rollout", bench.clone(), rollout("2")))
+            .chain(EXAMPLES.iter().map(|e| (*e, examples.join(e), Vec::new())))
+            .collect();
     for (name, exe, args) in &runs {
         let tlog = dir.join(format!("{name}.tlog"));
         let jsonl = dir.join(format!("{name}.jsonl"));
@@ -99,7 +95,10 @@ pub fn run(args: &[String]) -> Result<()> {
             json.len(),
             json.len() as f64 / lines as f64
         );
-        for (t, v) in total.iter_mut().zip([events, binary_bytes, lines, json.len() as u64]) {
+        for (t, v) in total
+            .iter_mut()
+            .zip([events, binary_bytes, lines, json.len() as u64])
+        {
             *t += v;
         }
     }
@@ -127,7 +126,11 @@ fn run_logged(exe: &Path, args: &[String], log: &Path) -> Result<()> {
         .output()
         .with_context(|| format!("cannot run {}", exe.display()))?;
     if !out.status.success() {
-        anyhow::bail!("{} failed: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+        anyhow::bail!(
+            "{} failed: {}",
+            exe.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(())
 }
@@ -168,7 +171,9 @@ fn callgrind_ir(exe: &Path, args: &[String], log: Option<&Path>) -> Result<u64> 
     if let Some(log) = log {
         cmd.env("TENSOR_LIFETIME_LOG", log);
     }
-    let out = cmd.output().context("cannot run valgrind (log-cost needs it)")?;
+    let out = cmd
+        .output()
+        .context("cannot run valgrind (log-cost needs it)")?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     stderr
         .lines()

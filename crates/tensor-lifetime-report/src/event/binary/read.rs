@@ -4,8 +4,8 @@
 //! naming its byte offset. Counts and lengths are checked against the frame's bytes
 //! before anything is allocated for them.
 
-use super::{born, tag, undo_zigzag_delta, Running, FILE_HEADER_LEN, MAGIC, MAJOR_VERSION};
 use super::cursor::{role_bytes, site_info, site_sweep, Cursor};
+use super::{born, tag, undo_zigzag_delta, Running, FILE_HEADER_LEN, MAGIC, MAJOR_VERSION};
 use super::{MAX_FRAME, MINOR_VERSION};
 use crate::event::{describe, Event, MemorySample, ReadError, ReadOutcome, FORMAT, FORMAT_VERSION};
 use crate::roles::CallFrame;

@@ -72,10 +72,10 @@ impl<W: Write> BinaryWriter<W> {
             Event::Born {
                 t_ns,
                 tensor,
-                site,
+                site: _,
                 frame,
                 iteration,
-                bytes,
+                bytes: _,
                 storage,
                 shape,
                 dtype,
@@ -100,7 +100,7 @@ impl<W: Write> BinaryWriter<W> {
                 }
                 if let Some(s) = shape {
                     flags |= born::HAS_SHAPE;
-                    if r.shape != *s {
+                    if !same(&r.shape, s) {
                         flags |= born::NEW_SHAPE;
                     }
                 }
@@ -327,7 +327,9 @@ impl<W: Write> BinaryWriter<W> {
     /// Whether `s` is not the string declared as `id`.
     #[inline]
     fn strings_differ(&self, id: u32, s: &str) -> bool {
-        self.names.get(id as usize).is_none_or(|n| n != s)
+        self.names
+            .get(id as usize)
+            .is_none_or(|n| !same(n.as_bytes(), s.as_bytes()))
     }
 
     /// The index of `s`, declared now (a `STRING` record) if it is new.
@@ -351,6 +353,13 @@ impl<W: Write> Drop for BinaryWriter<W> {
     }
 }
 
+/// Whether `a` and `b` are equal, compared in place (dtypes, devices and shapes are a few
+/// items: a call to `memcmp` would cost more than the comparison).
+#[inline(always)]
+fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 /// Bytes of a [`Small`] record: a `born` without a new shape at its longest (10-byte
 /// varints) is 88.
 const SMALL: usize = 96;
@@ -370,10 +379,14 @@ impl Small {
         Small { b, n: 2 }
     }
 
+    /// Appends the record to `buf`: the whole array (a copy of a known size, no call),
+    /// then the tail beyond the record cut off.
     #[inline(always)]
     fn finish(mut self, buf: &mut Vec<u8>) {
         self.b[0] = (self.n - 1) as u8;
-        buf.extend_from_slice(&self.b[..self.n]);
+        let end = buf.len() + self.n;
+        buf.extend_from_slice(&self.b);
+        buf.truncate(end);
     }
 }
 
