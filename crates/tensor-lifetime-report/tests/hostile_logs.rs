@@ -69,7 +69,11 @@ fn the_fuzz_corpus_replays_without_a_panic() {
         binary_log.extend_from_slice(&[binary::MAJOR_VERSION, binary::MINOR_VERSION]);
         binary_log.extend_from_slice(data.get(1..).unwrap_or_default());
         let outcome = std::panic::catch_unwind(|| every_command(&binary_log));
-        assert!(outcome.is_ok(), "{} as a binary log panicked", path.display());
+        assert!(
+            outcome.is_ok(),
+            "{} as a binary log panicked",
+            path.display()
+        );
         files += 1;
     }
     assert!(files > 10, "{files} files in {}", dir.display());

@@ -15,7 +15,7 @@
 //!   previous one of their kind, so a step's records hold small numbers.
 //!
 //! The writer ([`BinaryWriter`], `write.rs`) and the reader ([`BinaryReader`], `read.rs`)
-//! keep the same running state ([`Running`]) record for record.
+//! keep the same running state (`Running`) record for record.
 
 mod cursor;
 mod read;
