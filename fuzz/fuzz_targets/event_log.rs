@@ -2,12 +2,16 @@
 //!
 //! The input is read two ways, chosen by its first byte:
 //!
-//! - **raw** (even): the bytes are a log file, as `tensor-lifetime report` reads one;
+//! - **raw** (even): the bytes are a log file, as `tensor-lifetime report` reads one; then
+//!   the same bytes after the first one, behind a binary log's file header (magic and
+//!   version), as a binary log: every input reaches the binary reader's frames too;
 //! - **structured** (odd): the bytes are a program of events with small ids and numbers
 //!   that include the extremes (0, `u64::MAX`, ...), written as a log with the tracker's
-//!   own writer (`Event::write_line`) and then read back. Random bytes seldom make a JSON
+//!   own writers (`Event::write_line` and the binary `BinaryWriter`) and then read back:
+//!   both read back event for event, the same events. Random bytes seldom make a JSON
 //!   line that is valid *and* meaningful (a loop's iterations going backwards, counts
-//!   near `u64::MAX`); this mode makes them all the time.
+//!   near `u64::MAX`); this mode makes them all the time. The binary log is also read
+//!   cut off at a point the program chooses: it reads up to its last whole record.
 //!
 //! Either way every event read goes to the judgement (`Analysis`), the memory judgement,
 //! the HTML timeline and the trace writer, and the outcome is rendered the ways the CLI
@@ -18,6 +22,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use tensor_lifetime_report::event::binary::{self, BinaryWriter};
 use tensor_lifetime_report::event::{
     EventReader, HolderCount, HolderSpec, MemorySample, ReadOutcome, SiteInfo, SiteSweep,
 };
@@ -38,9 +43,29 @@ fuzz_target!(|data: &[u8]| {
             }
             let read = judge(&log).expect("a written log reads back");
             assert_eq!(read.len(), events.len() + 1, "every event reads back");
+
+            let mut bin = Vec::new();
+            {
+                let mut w = BinaryWriter::new(&mut bin);
+                w.write(&Event::header(1, 0)).unwrap();
+                for e in &events {
+                    w.write(e).unwrap();
+                }
+                w.flush().unwrap();
+            }
+            let read_bin = judge(&bin).expect("a written binary log reads back");
+            assert_eq!(read_bin, read, "the binary log reads back as the JSON lines");
+            // Cut off anywhere: no error, a prefix of the events.
+            let cut = program.first().map_or(0, |b| *b as usize * bin.len() / 256);
+            let read_cut = judge(&bin[..cut]).unwrap_or_default();
+            assert!(read_cut.len() <= read.len() && read_cut[..] == read[..read_cut.len()]);
         }
         _ => {
             judge(data);
+            let mut bin = binary::MAGIC.to_vec();
+            bin.extend_from_slice(&[binary::MAJOR_VERSION, binary::MINOR_VERSION]);
+            bin.extend_from_slice(data.get(1..).unwrap_or_default());
+            judge(&bin);
         }
     }
 });

@@ -10,7 +10,9 @@
 //! threads spin for a time that depends on scheduling): each variant runs `--warmup 1`
 //! with 2 and with 6 measured steps,
 //! and the difference divided by 4 is the cost of one step, start-up excluded. The
-//! `log` variant is the tracked loop writing the event log (`TENSOR_LIFETIME_LOG`).
+//! `log` variant is the tracked loop writing the event log (`TENSOR_LIFETIME_LOG`; the
+//! binary format, its path having no `.jsonl`); `cargo xtask log-cost` compares the two
+//! formats.
 //!
 //! The rollout loop (an epoch of N inner steps, each keeping one tensor until the epoch
 //! ends) runs for each N of `--rollout 1000,10000,100000`: instructions of one epoch

@@ -10,6 +10,7 @@ mod doc_commands;
 mod gpu_build;
 mod layers;
 mod sample_cost;
+mod log_cost;
 mod util;
 
 use anyhow::{bail, Result};
@@ -50,6 +51,11 @@ tasks:
       The sampled mode's cost: the small loop, the MLP step and the rollout epoch at each
       N (1000,10000,100000) untracked and tracked with TENSOR_LIFETIME_SAMPLE=SIZE
       (512KiB), instructions under callgrind side by side, and their ratios.
+  log-cost [--steps N]
+      What the event log costs: callgrind instructions of one rollout epoch of N steps
+      (1000) tracked without a log, with the binary log and with the JSON-lines log, side
+      by side, each log's ratio to none; then bytes per event of the rollout and the four
+      CPU examples, binary beside JSON lines. Figures: docs/performance.md.
   candle-matrix [--only VERSION]... [--no-patch] [--update-locks]
       For each supported candle-core release (0.8.4, 0.9.1, 0.10.2, 0.11.1), with its own
       lockfile (xtask/candle-matrix/VERSION.lock) in a copy of the workspace under
@@ -91,6 +97,7 @@ fn main() -> Result<()> {
         "sample-cost" => sample_cost::run(&rest),
         "layers" => layers::run(&rest),
         "doc-commands" => doc_commands::run(&rest),
+        "log-cost" => log_cost::run(&rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

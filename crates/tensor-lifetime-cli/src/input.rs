@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read};
 use std::path::{Path, PathBuf};
-use tensor_lifetime_report::event::{EventReader, ReadOutcome};
+use tensor_lifetime_report::event::{binary, EventReader, LogFormat, ReadOutcome};
 use tensor_lifetime_report::ranks::{Merge, MergedReport, RankCollector};
 use tensor_lifetime_report::{Analysis, Event, Report};
 
@@ -120,12 +120,21 @@ pub fn scan(
             }
             ReadOutcome::Truncated { line, .. } => {
                 scanned.truncated_at = Some(line);
-                progress.println(&format!(
-                    "warning: {}: line {line} is cut off (a run that stopped mid-write); \
-                     read up to line {}",
-                    log.name(),
-                    line - 1
-                ));
+                let message = if reader.format() == Some(LogFormat::Binary) {
+                    format!(
+                        "event {line} is cut off at byte {} (a run that stopped \
+                         mid-write); read up to event {}",
+                        reader.bytes_read(),
+                        line - 1
+                    )
+                } else {
+                    format!(
+                        "line {line} is cut off (a run that stopped mid-write); \
+                         read up to line {}",
+                        line - 1
+                    )
+                };
+                progress.println(&format!("warning: {}: {message}", log.name()));
             }
         }
     }
@@ -174,7 +183,8 @@ fn looks_like_json_report(path: &Path) -> Result<bool> {
 }
 
 /// The logs named on the command line: each path a log (or `-`), or a directory whose
-/// `*.jsonl` files are logs (in name order).
+/// logs are its `*.jsonl` files and its files that start as a binary log does (in name
+/// order).
 pub fn expand(paths: &[PathBuf]) -> Result<Vec<LogPath>> {
     let mut logs = Vec::new();
     for path in paths {
@@ -182,10 +192,15 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<LogPath>> {
             let mut found: Vec<PathBuf> = std::fs::read_dir(path)
                 .with_context(|| format!("cannot read the directory {}", path.display()))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
+                .filter(|p| {
+                    p.is_file() && (p.extension().is_some_and(|x| x == "jsonl") || is_binary_log(p))
+                })
                 .collect();
             if found.is_empty() {
-                bail!("{}: a directory with no *.jsonl log", path.display());
+                bail!(
+                    "{}: a directory with no *.jsonl or binary log",
+                    path.display()
+                );
             }
             found.sort();
             logs.extend(found.into_iter().map(LogPath));
@@ -197,6 +212,14 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<LogPath>> {
         bail!("standard input (`-`) cannot be merged with other logs");
     }
     Ok(logs)
+}
+
+/// Whether the file at `path` starts with the binary log's magic.
+fn is_binary_log(path: &Path) -> bool {
+    let mut magic = [0u8; binary::MAGIC.len()];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == binary::MAGIC)
 }
 
 /// The logs of several ranks, each judged on its own (one log in memory at a time), then

@@ -1,8 +1,10 @@
 //! `tensor-lifetime`: reports, HTML timelines, Perfetto traces and diffs of the event logs
 //! that a run writes with `TENSOR_LIFETIME_LOG=<path>`.
 //!
-//! Every command reads logs as a stream (one line in memory at a time) and judges them
-//! with the same [`tensor_lifetime_report::Analysis`] as the in-process report.
+//! Every command reads logs as a stream (one event in memory at a time), in either format
+//! (JSON lines or binary, told apart by their first byte), and judges them with the same
+//! [`tensor_lifetime_report::Analysis`] as the in-process report. `cat` prints a log as
+//! JSON lines.
 //!
 //! Exit codes: 0 done; 1 `diff --fail-on-increase` found a site that grew; 2 bad input
 //! (a usage error, a log that cannot be read, is corrupt, has a wrong format version or
@@ -34,7 +36,8 @@ use tensor_lifetime_report::{github, sarif, Analysis, Diff, Report};
 
 const EXAMPLES: &str = "\
 Examples:
-  # write an event log while the program runs
+  # write an event log while the program runs (run.tlog, or any name not ending in
+  # .jsonl: the compact binary log; run.jsonl: JSON lines)
   TENSOR_LIFETIME_LOG=run.jsonl cargo run --release --example leaky_dataset
 
   tensor-lifetime report run.jsonl                  # findings as text
@@ -42,6 +45,7 @@ Examples:
   tensor-lifetime html run.jsonl -o report.html     # timeline, findings, sites
   tensor-lifetime trace run.jsonl -o trace.json     # open in ui.perfetto.dev
   tensor-lifetime diff base.jsonl new.jsonl --fail-on-increase
+  tensor-lifetime cat run.tlog > run.jsonl          # a binary log as JSON lines
 
 Exit codes: 0 done, 1 `diff --fail-on-increase` found growth, 2 bad input or error.";
 
@@ -81,8 +85,8 @@ enum Command {
                             tensor-lifetime report logs/ --format sarif > tensor-lifetime.sarif\n  \
                             tensor-lifetime report rank-0.jsonl rank-1.jsonl --format github")]
     Report {
-        /// The event log (`-` for standard input), several logs, or a directory of
-        /// `*.jsonl` logs: several are merged (one per rank of a job).
+        /// The event log (`-` for standard input), several logs, or a directory of logs
+        /// (`*.jsonl` and binary): several are merged (one per rank of a job).
         #[arg(required = true, num_args = 1..)]
         logs: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
@@ -94,8 +98,8 @@ enum Command {
     /// reserved memory, the findings with holders and fix hints, and a detail per site.
     #[command(after_help = "Example:\n  tensor-lifetime html run.jsonl -o report.html")]
     Html {
-        /// The event log (`-` for standard input), several logs, or a directory of
-        /// `*.jsonl` logs: several are merged (one per rank of a job).
+        /// The event log (`-` for standard input), several logs, or a directory of logs
+        /// (`*.jsonl` and binary): several are merged (one per rank of a job).
         #[arg(required = true, num_args = 1..)]
         logs: Vec<PathBuf>,
         /// The HTML file to write (`-` for standard output).
@@ -119,12 +123,25 @@ enum Command {
     )]
     Trace {
         /// The event log (read twice: first to judge, then to write; not `-`), several
-        /// logs or a directory of `*.jsonl` logs: one process per rank (pid = rank).
+        /// logs or a directory of logs: one process per rank (pid = rank).
         #[arg(required = true, num_args = 1..)]
         logs: Vec<PathBuf>,
         /// The trace file to write (`-` for standard output).
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Print a log's events as JSON lines, one per event (a binary log's as the JSON-lines
+    /// log of the same run).
+    ///
+    /// Reads either format; writes the lines of the JSON-lines format
+    /// (`docs/event-log.md`), so scripts that read those read a binary log too.
+    #[command(
+        after_help = "Examples:\n  tensor-lifetime cat run.tlog > run.jsonl\n  \
+                            tensor-lifetime cat run.tlog | grep '\"event\":\"loop_end\"'"
+    )]
+    Cat {
+        /// The event log (`-` for standard input), in either format.
+        log: PathBuf,
     },
     /// Compare two runs per site: survivors and bytes before and after.
     ///
@@ -146,6 +163,19 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+}
+
+/// `cat`: the events of `log` as JSON lines on standard output.
+fn cat(log: &LogPath) -> Result<()> {
+    let progress = Progress::for_logs(&[log], 1);
+    let mut out = BufWriter::with_capacity(256 * 1024, io::stdout().lock());
+    scan(log, &progress, "reading", |e| {
+        e.write_line(&mut out)
+            .context("cannot write to standard output")
+    })?;
+    progress.finish();
+    out.flush().context("cannot write to standard output")?;
+    Ok(())
 }
 
 /// Opens the output (`-`: standard output) buffered.
@@ -187,6 +217,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             fail_on_increase,
             format,
         } => return diff(&LogPath(base), &LogPath(new), fail_on_increase, format),
+        Command::Cat { log } => cat(&LogPath(log))?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,7 @@ fn help_names_every_command_with_examples() {
     let out = logs.run(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
     assert_snapshot!(String::from_utf8_lossy(&out.stdout));
-    for command in ["report", "html", "trace", "diff"] {
+    for command in ["report", "html", "trace", "diff", "cat"] {
         let out = logs.run(&[command, "--help"]);
         assert_eq!(out.status.code(), Some(0), "{command} --help");
         assert!(

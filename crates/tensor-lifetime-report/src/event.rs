@@ -1,14 +1,21 @@
-//! The events the tracker emits and the JSON-lines event log that stores them.
+//! The events the tracker emits and the event log that stores them, in two formats.
 //!
-//! One event per line, each a JSON object whose `event` field names its kind. The first
-//! line is a [`Event::Header`] naming the format and its version ([`FORMAT`],
-//! [`FORMAT_VERSION`]). `docs/event-log.md` documents every field.
+//! JSON lines: one event per line, each a JSON object whose `event` field names its kind.
+//! The first line is a [`Event::Header`] naming the format and its version ([`FORMAT`],
+//! [`FORMAT_VERSION`]). `docs/event-log.md` documents every field. The binary format
+//! ([`binary`]) holds the same events in framed records; [`EventWriter`] writes either
+//! ([`LogFormat::for_path`] chooses by the file's name).
 //!
-//! The reader is streaming (one line in memory at a time). A last line cut off mid-write
-//! (a crashed run) is reported as [`ReadOutcome::Truncated`] and reading stops there with
-//! everything before it intact; any other bad line is a [`ReadError`] naming the line.
+//! [`EventReader`] reads either, told apart by the first byte, one event in memory at a
+//! time. A tail cut off mid-write (a crashed run) is reported as
+//! [`ReadOutcome::Truncated`] and reading stops there with everything before it intact;
+//! anything else that does not read is a [`ReadError`] naming the line (JSON lines) or
+//! the byte offset (binary).
 
+pub mod binary;
+mod json_reader;
 mod line;
+mod writer;
 
 use crate::model::is_zero;
 pub use crate::model::{
@@ -16,9 +23,12 @@ pub use crate::model::{
 };
 use crate::post_mortem::PostMortem;
 use crate::roles::{CallFrame, RoleBytes};
+use binary::BinaryReader;
+use json_reader::JsonReader;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::{self, BufRead};
+pub use writer::{EventWriter, LogFormat};
 
 /// The value of the header's `format` field.
 pub const FORMAT: &str = "tensor-lifetime-events";
@@ -217,6 +227,18 @@ pub enum ReadError {
         line: u64,
         message: String,
     },
+    /// A binary log of a major version this reader does not know.
+    BinaryVersion {
+        major: u8,
+        minor: u8,
+    },
+    /// A whole record of a binary log that does not decode: the byte offset of its frame
+    /// and the number of the event it would have been.
+    CorruptFrame {
+        offset: u64,
+        event: u64,
+        message: String,
+    },
 }
 
 impl fmt::Display for ReadError {
@@ -236,6 +258,20 @@ impl fmt::Display for ReadError {
             ReadError::Corrupt { line, message } => {
                 write!(f, "line {line}: corrupt event: {message}")
             }
+            ReadError::BinaryVersion { major, minor } => write!(
+                f,
+                "binary event log format version {major}.{minor} is not supported \
+                 (this build reads version {}.x)",
+                binary::MAJOR_VERSION
+            ),
+            ReadError::CorruptFrame {
+                offset,
+                event,
+                message,
+            } => write!(
+                f,
+                "byte {offset}: corrupt record (event {event} of the binary log): {message}"
+            ),
         }
     }
 }
@@ -258,123 +294,53 @@ impl From<io::Error> for ReadError {
 /// What the reader yields.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReadOutcome {
-    /// A complete event and its 1-based line number.
+    /// A complete event and its 1-based number: its line in a JSON-lines log, its line
+    /// in `tensor-lifetime cat`'s output of a binary one.
     Event { line: u64, event: Event },
-    /// The last line has no newline and does not parse: the writer stopped mid-line.
-    /// Reading ends here; everything before it was read.
+    /// The last line has no newline and does not parse, or a binary log ends inside a
+    /// frame: the writer stopped mid-write. `line` is the number the cut-off event would
+    /// have had, `bytes` what there is of it. Reading ends here; everything before it
+    /// was read.
     Truncated { line: u64, bytes: usize },
 }
 
-/// A streaming reader of an event log.
+/// A streaming reader of an event log in either format, told apart by the first byte
+/// (a binary log starts with [`binary::MAGIC`], a JSON-lines log with `{`).
 #[derive(Debug)]
 pub struct EventReader<R> {
-    input: R,
-    line: u64,
-    buf: Vec<u8>,
-    done: bool,
-    bytes_read: u64,
+    state: ReaderState<R>,
+}
+
+/// Which format the reader found: none yet before the first read.
+#[derive(Debug)]
+enum ReaderState<R> {
+    Unread(Option<R>),
+    JsonLines(JsonReader<R>),
+    Binary(BinaryReader<R>),
 }
 
 impl<R: BufRead> EventReader<R> {
     pub fn new(input: R) -> Self {
         EventReader {
-            input,
-            line: 0,
-            buf: Vec::with_capacity(256),
-            done: false,
-            bytes_read: 0,
+            state: ReaderState::Unread(Some(input)),
         }
     }
 
     /// Bytes consumed so far (for progress bars).
     pub fn bytes_read(&self) -> u64 {
-        self.bytes_read
+        match &self.state {
+            ReaderState::Unread(_) => 0,
+            ReaderState::JsonLines(r) => r.bytes_read(),
+            ReaderState::Binary(r) => r.bytes_read(),
+        }
     }
 
-    fn next_outcome(&mut self) -> Result<Option<ReadOutcome>, ReadError> {
-        loop {
-            if self.done {
-                return Ok(None);
-            }
-            self.buf.clear();
-            let n = self.input.read_until(b'\n', &mut self.buf)?;
-            if n == 0 {
-                self.done = true;
-                if self.line == 0 {
-                    return Err(ReadError::NotALog {
-                        line: 1,
-                        found: "an empty file".to_string(),
-                    });
-                }
-                return Ok(None);
-            }
-            self.bytes_read += n as u64;
-            self.line += 1;
-            let complete = self.buf.last() == Some(&b'\n');
-            let text = trim_line(&self.buf);
-            if text.iter().all(u8::is_ascii_whitespace) {
-                if !complete {
-                    self.done = true;
-                    return Ok(None);
-                }
-                continue;
-            }
-            let parsed = serde_json::from_slice::<Event>(text);
-            if self.line == 1 {
-                return match parsed {
-                    Ok(Event::Header {
-                        ref format,
-                        version,
-                        ..
-                    }) if format == FORMAT => {
-                        if version != FORMAT_VERSION {
-                            self.done = true;
-                            return Err(ReadError::WrongVersion {
-                                line: 1,
-                                found: version,
-                            });
-                        }
-                        Ok(Some(ReadOutcome::Event {
-                            line: 1,
-                            event: parsed.expect("matched Ok"),
-                        }))
-                    }
-                    _ if !complete && looks_like_header_prefix(text) => {
-                        self.done = true;
-                        Ok(Some(ReadOutcome::Truncated {
-                            line: 1,
-                            bytes: text.len(),
-                        }))
-                    }
-                    _ => {
-                        self.done = true;
-                        Err(ReadError::NotALog {
-                            line: 1,
-                            found: describe(text),
-                        })
-                    }
-                };
-            }
-            return match parsed {
-                Ok(event) => Ok(Some(ReadOutcome::Event {
-                    line: self.line,
-                    event,
-                })),
-                Err(_) if !complete => {
-                    self.done = true;
-                    Ok(Some(ReadOutcome::Truncated {
-                        line: self.line,
-                        bytes: text.len(),
-                    }))
-                }
-                Err(e) => {
-                    self.done = true;
-                    Err(ReadError::Corrupt {
-                        line: self.line,
-                        message: e.to_string(),
-                    })
-                }
-            };
+    /// The format of the log, once the first read has seen it.
+    pub fn format(&self) -> Option<LogFormat> {
+        match &self.state {
+            ReaderState::Unread(_) => None,
+            ReaderState::JsonLines(_) => Some(LogFormat::JsonLines),
+            ReaderState::Binary(_) => Some(LogFormat::Binary),
         }
     }
 }
@@ -383,24 +349,27 @@ impl<R: BufRead> Iterator for EventReader<R> {
     type Item = Result<ReadOutcome, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.next_outcome().transpose()
+        if let ReaderState::Unread(input) = &mut self.state {
+            let mut input = input.take().expect("an unread input");
+            let first = match input.fill_buf() {
+                Ok(bytes) => bytes.first().copied(),
+                Err(e) => return Some(Err(e.into())),
+            };
+            self.state = if first == Some(binary::MAGIC[0]) {
+                ReaderState::Binary(BinaryReader::new(input))
+            } else {
+                ReaderState::JsonLines(JsonReader::new(input))
+            };
+        }
+        match &mut self.state {
+            ReaderState::Unread(_) => unreachable!("the format was chosen above"),
+            ReaderState::JsonLines(r) => r.next(),
+            ReaderState::Binary(r) => r.next(),
+        }
     }
 }
 
-fn trim_line(buf: &[u8]) -> &[u8] {
-    let mut end = buf.len();
-    while end > 0 && (buf[end - 1] == b'\n' || buf[end - 1] == b'\r') {
-        end -= 1;
-    }
-    &buf[..end]
-}
-
-fn looks_like_header_prefix(text: &[u8]) -> bool {
-    let s = String::from_utf8_lossy(text);
-    s.starts_with("{\"event\":\"header\"") || "{\"event\":\"header\"".starts_with(s.as_ref())
-}
-
-fn describe(text: &[u8]) -> String {
+pub(crate) fn describe(text: &[u8]) -> String {
     let s = String::from_utf8_lossy(text);
     let mut shown: String = s.chars().take(60).collect();
     if shown.len() < s.len() {

@@ -2,7 +2,8 @@
 //!
 //! This crate knows nothing about candle. The runtime tracker (crate `tensor-lifetime`)
 //! turns what it sees into [`Event`]s and feeds them to an [`Analysis`]; the CLI reads the
-//! same events back from a JSON-lines log and feeds them to the same [`Analysis`]. The
+//! same events back from a log (binary or JSON lines) and feeds them to the same
+//! [`Analysis`]. The
 //! judgement of what is a leak therefore lives once, here, and an in-process report and a
 //! report from a saved log always agree.
 //!
@@ -13,8 +14,9 @@
 //! - [`model`]: the plain data: sites, holders, an iteration end's sweep of a site,
 //!   memory samples, [`roles`] (the role of each tensor, the split of memory by role,
 //!   call paths) and the [`post_mortem`] (what was live at one moment).
-//! - [`event`]: the events, the log format (versioned, see `docs/event-log.md`), a
-//!   streaming reader that tolerates a cut-off last line.
+//! - [`event`]: the events, the log's two formats (JSON lines and [`event::binary`], both
+//!   versioned, see `docs/event-log.md`), their writers and a streaming reader of either
+//!   that tolerates a cut-off tail.
 //! - [`report`]: the [`Report`] value, its findings, its JSON shape and its text.
 //! - [`analysis`]: every judge, as a state machine over one input path
 //!   ([`analysis::Input`]): the per-loop, per-site judgement (leak, retained, graph and

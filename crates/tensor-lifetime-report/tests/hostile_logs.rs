@@ -2,14 +2,15 @@
 //! renderer gets what the `event_log` fuzz target (fuzz/fuzz_targets/event_log.rs) gives
 //! it, on stable Rust and in the normal test run:
 //!
-//! - the fuzz corpus (`fuzz/corpus/event_log/`), replayed file by file;
+//! - the fuzz corpus (`fuzz/corpus/event_log/`), replayed file by file, each file also
+//!   as the frames of a binary log (as the target's raw mode reads it);
 //! - a log with the extreme numbers that made the renderers panic when the fuzz target
 //!   first ran (byte counts and sizes near `u64::MAX` added up in the timeline, the chart
 //!   and the memory judgement; times near `u64::MAX` on the chart's time axis).
 
 use std::path::Path;
 use tensor_lifetime_report::event::{
-    EventReader, HolderCount, HolderSpec, MemorySample, ReadOutcome, SiteInfo, SiteSweep,
+    binary, EventReader, HolderCount, HolderSpec, MemorySample, ReadOutcome, SiteInfo, SiteSweep,
 };
 use tensor_lifetime_report::html::{self, HtmlOptions};
 use tensor_lifetime_report::trace::TraceWriter;
@@ -63,6 +64,16 @@ fn the_fuzz_corpus_replays_without_a_panic() {
         let data = std::fs::read(&path).unwrap();
         let outcome = std::panic::catch_unwind(|| every_command(&data));
         assert!(outcome.is_ok(), "{} panicked", path.display());
+        // As the fuzz target's raw mode does: the bytes after the first as a binary log.
+        let mut binary_log = binary::MAGIC.to_vec();
+        binary_log.extend_from_slice(&[binary::MAJOR_VERSION, binary::MINOR_VERSION]);
+        binary_log.extend_from_slice(data.get(1..).unwrap_or_default());
+        let outcome = std::panic::catch_unwind(|| every_command(&binary_log));
+        assert!(
+            outcome.is_ok(),
+            "{} as a binary log panicked",
+            path.display()
+        );
         files += 1;
     }
     assert!(files > 10, "{files} files in {}", dir.display());

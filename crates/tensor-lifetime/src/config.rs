@@ -5,7 +5,7 @@
 //! | `TENSOR_LIFETIME` | `on` (default), `off` | `off` disables tracking: every probe returns at once |
 //! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic printing of reports |
 //! | `TENSOR_LIFETIME_JSON` | a path (`{rank}`, `{pid}` replaced) | the latest report as JSON, rewritten at each report |
-//! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the JSON-lines event log (`docs/event-log.md`) |
+//! | `TENSOR_LIFETIME_LOG` | a path (`{rank}`, `{pid}` replaced) | the event log (`docs/event-log.md`): binary, JSON lines for `*.jsonl` / `*.json` |
 //! | `TENSOR_LIFETIME_RANK`, `TENSOR_LIFETIME_WORLD_SIZE` | numbers | this process's rank and the job's size; else the launchers' `RANK` / `WORLD_SIZE` (`LOCAL_RANK` when there is no `RANK`) |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
 //! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default) or a byte interval (`512KiB`, `2MiB`) | records a sample of the tensors, each of `s` bytes with probability `1 - exp(-s / interval)`; every figure from the samples is an estimate (`crate::sample`) |

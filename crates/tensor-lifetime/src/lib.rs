@@ -35,7 +35,7 @@
 //! | `TENSOR_LIFETIME` | `on` (default), `off` | `off` disables tracking at run time |
 //! | `TENSOR_LIFETIME_REPORT` | `stderr` (default), `off` | automatic reports at the end of each epoch with findings and of the outermost loop |
 //! | `TENSOR_LIFETIME_JSON` | path | the latest report as JSON, rewritten at each report |
-//! | `TENSOR_LIFETIME_LOG` | path | the JSON-lines event log (`docs/event-log.md`), flushed at each iteration end |
+//! | `TENSOR_LIFETIME_LOG` | path | the event log (`docs/event-log.md`): binary, JSON lines for `*.jsonl` / `*.json`; flushed at each iteration end |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | iterations, `0`/`off` | the memory monitor's period ([`set_memory_monitor`]) |
 //! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default), a byte interval (`512KiB`) | record a sample of the tensors; reports say their figures are estimates ([`set_sampling`], [`sample`]) |
 //! | `TENSOR_LIFETIME_SAMPLE_SEED` | a number | which tensors a sampled run records ([`set_sample_seed`]) |

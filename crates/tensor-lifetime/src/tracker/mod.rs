@@ -99,8 +99,6 @@ use keep::FastMap;
 use parking_lot::Mutex;
 use probe::{Pending, PrimaryLoop};
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufWriter;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -277,7 +275,7 @@ impl Tracker {
 
 impl State {
     /// No records, sites or frames yet; events go to `log` (if any) and the judgement.
-    fn new(log: Option<BufWriter<File>>, exact_max: usize) -> State {
+    fn new(log: Option<sink::LogWriter>, exact_max: usize) -> State {
         State {
             sites: Vec::new(),
             next_record: 1,

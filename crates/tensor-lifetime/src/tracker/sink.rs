@@ -8,19 +8,21 @@
 use crate::config::{Config, ReportMode};
 use crate::site::Site;
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::time::Instant;
-use tensor_lifetime_report::event::{Event, SiteSweep};
+use tensor_lifetime_report::event::{Event, EventWriter, LogFormat, SiteSweep};
 use tensor_lifetime_report::report::SiteRef;
 use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
 
 /// The longest an inner iteration end's events wait in the log's buffer (50 ms).
 const LOG_FLUSH_EVERY_NS: u64 = 50_000_000;
 
+/// The event log's writer: binary, or JSON lines for a `*.jsonl` path (`LogFormat`).
+pub(super) type LogWriter = EventWriter<File>;
+
 /// The event log and the judgement.
 pub(super) struct Sink {
     analysis: Analysis,
-    log: Option<BufWriter<File>>,
+    log: Option<LogWriter>,
     /// Writing the log failed (said once on stderr).
     log_error: bool,
     /// When the log was last flushed at an inner iteration end (`t_ns`).
@@ -41,7 +43,7 @@ pub(super) struct PrintedFinding {
 
 impl Sink {
     /// A sink writing `log` (if any).
-    pub(super) fn new(log: Option<BufWriter<File>>) -> Sink {
+    pub(super) fn new(log: Option<LogWriter>) -> Sink {
         Sink {
             analysis: Analysis::new(Judgement::default()),
             log,
@@ -51,13 +53,14 @@ impl Sink {
         }
     }
 
-    /// Creates the event log (`TENSOR_LIFETIME_LOG`) and writes its header; `None` without
-    /// one, or when it cannot be created (said once on stderr).
-    pub(super) fn open_log(config: &Config) -> Option<BufWriter<File>> {
+    /// Creates the event log (`TENSOR_LIFETIME_LOG`, in the format its name chooses) and
+    /// writes its header; `None` without one, or when it cannot be created (said once on
+    /// stderr).
+    pub(super) fn open_log(config: &Config) -> Option<LogWriter> {
         let path = config.log.as_ref().filter(|_| config.enabled)?;
         match File::create(path) {
             Ok(file) => {
-                let mut w = BufWriter::with_capacity(1 << 16, file);
+                let mut w = EventWriter::new(LogFormat::for_path(path), file);
                 let started = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64);
@@ -68,7 +71,7 @@ impl Sink {
                     config.rank.world_size,
                     config.rank.host.clone(),
                 );
-                let _ = header.write_line(&mut w);
+                let _ = w.write(&header);
                 let _ = w.flush();
                 Some(w)
             }
@@ -96,7 +99,7 @@ impl Sink {
     #[inline]
     pub(super) fn emit_ref(&mut self, event: &Event) {
         if let Some(w) = self.log.as_mut() {
-            if let Err(e) = event.write_line(w) {
+            if let Err(e) = w.write(event) {
                 if !self.log_error {
                     eprintln!("tensor-lifetime: cannot write the event log: {e}");
                     self.log_error = true;
