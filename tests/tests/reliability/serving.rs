@@ -142,6 +142,8 @@ pub fn seq() -> Seq {
 }
 
 impl Seq {
+    // Named as `candle_nn::Sequential::add`, the builder users write.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(mut self, block: Block) -> Seq {
         self.blocks.push(block);
         self
