@@ -40,17 +40,24 @@ pub struct Attention {
     scale: f64,
 }
 
-/// The keys and values of every layer seen so far in a sequence.
+/// The keys and values of one layer for the positions seen so far.
+#[derive(Debug, Default, Clone)]
+pub struct LayerCache {
+    pub k: Option<Tensor>,
+    pub v: Option<Tensor>,
+}
+
+/// The caches of every layer of a sequence.
 #[derive(Debug, Default)]
 pub struct KvCache {
-    pub layers: Vec<Option<(Tensor, Tensor)>>,
+    pub layers: Vec<LayerCache>,
 }
 
 impl KvCache {
     /// An empty cache for `layers` layers.
     pub fn new(layers: usize) -> KvCache {
         KvCache {
-            layers: vec![None; layers],
+            layers: vec![LayerCache::default(); layers],
         }
     }
 
@@ -58,8 +65,8 @@ impl KvCache {
     pub fn positions(&self) -> usize {
         self.layers
             .first()
-            .and_then(|l| l.as_ref())
-            .map_or(0, |(k, _)| k.dims()[0])
+            .and_then(|l| l.k.as_ref())
+            .map_or(0, |k| k.dims()[0])
     }
 }
 
@@ -67,18 +74,19 @@ impl KvCache {
 impl Attention {
     /// Attends from the positions of `x` (one row each) to every cached position and
     /// these; appends their keys and values to `cache`.
-    pub fn forward(&self, x: &Tensor, cache: &mut Option<(Tensor, Tensor)>) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, cache: &mut LayerCache) -> Result<Tensor> {
         let q = self.q.forward(x)?;
         let k_new = self.k.forward(x)?;
         let v_new = self.v.forward(x)?;
-        let (k, v) = match cache.take() {
-            Some((k_old, v_old)) => (
+        let (k, v) = match (cache.k.take(), cache.v.take()) {
+            (Some(k_old), Some(v_old)) => (
                 Tensor::cat(&[&k_old, &k_new], 0)?,
                 Tensor::cat(&[&v_old, &v_new], 0)?,
             ),
-            None => (k_new, v_new),
+            _ => (k_new, v_new),
         };
-        *cache = Some((k.clone(), v.clone()));
+        cache.k = Some(k.clone());
+        cache.v = Some(v.clone());
         let scores = (q.matmul(&k.t()?)? * self.scale)?;
         let scores = match causal_mask(x.dim(0)?, k.dim(0)?, x.device())? {
             Some(mask) => scores.broadcast_add(&mask)?,

@@ -27,7 +27,10 @@ fn a_cache_kept_across_requests_is_a_growing_tensor() {
     // 4 prompt positions and 11 generated ones per request.
     assert_eq!(outcome.cache_positions, 25 * 15);
     let json = read_json(&json_path);
-    let line = line_of(SOURCE, "let (k, v) = match cache.take()");
+    let line = line_of(
+        SOURCE,
+        "let (k, v) = match (cache.k.take(), cache.v.take())",
+    );
     for label in ["k", "v"] {
         // The cache also makes tensors of a new size every request (shape churn).
         let found: Vec<_> = findings_for(&json, label)
@@ -42,6 +45,12 @@ fn a_cache_kept_across_requests_is_a_growing_tensor() {
         assert_eq!(f["survivors"], 2, "one per layer");
         assert_eq!(f["bytes"], bytes(25 * 15));
         assert_eq!(f["bytes_per_iteration"], bytes(15));
+        // The layer's cache keeps the newest one.
+        assert_eq!(
+            f["holders"][0]["label"],
+            format!("cache.{label}"),
+            "{json:#}"
+        );
     }
     let leaks = json["findings"]
         .as_array()

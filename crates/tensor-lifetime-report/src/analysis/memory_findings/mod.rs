@@ -455,9 +455,12 @@ fn group_churn<'a>(
         let n = group.len() - 1;
         let f = &mut churn[start].2;
         f.hint = format!(
-            "the dynamic shape starts here: {n} more {} of this loop follow it (listed in \
-             the JSON report); {}",
-            if n == 1 { "site" } else { "sites" },
+            "the dynamic shape starts here: {n} more {} (listed in the JSON report); {}",
+            if n == 1 {
+                "site of this loop follows it"
+            } else {
+                "sites of this loop follow it"
+            },
             f.hint
         );
     }
