@@ -14,14 +14,20 @@
 //! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
 //!   the memory statistics (pool rounding, `empty_cache`, release threshold).
 //! - [`cuda_oom`]: a leaky loop run until the GPU is out of memory, and its post-mortem.
+//! - [`decoding`]: text generation with a KV cache in a request loop; `--leak` keeps one
+//!   cache for every request (`growing_tensor`). CPU or `--device cuda`.
+//! - [`server`]: the same decoder served from a tokio task (`in_task`), a cache per
+//!   request; `--leak` keeps every answer's logits. CPU or `--device cuda`.
 
 pub mod bench;
 pub mod clean_training;
 pub mod common;
 pub mod cuda_oom;
 pub mod cuda_training;
+pub mod decoding;
 pub mod heap;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod multi_rank;
+pub mod server;
 pub mod view_retention;

@@ -190,6 +190,7 @@ fn decode(program: &[u8]) -> Vec<Event> {
                         SiteKind::Loop,
                     ][b.small(5) as usize],
                     note: None,
+                    from: Vec::new(),
                 },
             },
             1 => Event::LoopStart {

@@ -27,6 +27,9 @@ use std::process::{Command, Stdio};
 const EXAMPLES_PACKAGE: &str = "tensor-lifetime-examples";
 /// Examples and benches whose file name starts with this are GPU targets by default.
 const GPU_PREFIX: &str = "cuda_";
+/// So are those whose text names this option (an example that runs on the CPU or, with
+/// it, on the GPU: `decoding`, `server`).
+const DEVICE_OPTION: &str = "--device cuda";
 /// Most the device tool carries (its working-tree limit).
 const CARRY_LIMIT: u64 = 64 << 20;
 
@@ -54,8 +57,10 @@ struct Target {
 }
 
 /// The default targets: `examples/examples/cuda_*.rs`, and `benches/cuda_*.rs` of every
-/// workspace package (top-level folders and `crates/*`). Add one by dropping a file with
-/// that prefix; others by `--example NAME` / `--bench NAME`.
+/// workspace package (top-level folders and `crates/*`), and the files there that name
+/// `--device cuda` (an example that takes that option). Add one by dropping a file with
+/// that prefix, or documenting the option in it; others by `--example NAME` / `--bench
+/// NAME`.
 fn targets(root: &Path) -> Result<Vec<Target>> {
     let mut out = Vec::new();
     for name in prefixed_rs_files(&root.join("examples/examples")) {
@@ -96,7 +101,11 @@ fn prefixed_rs_files(dir: &Path) -> Vec<String> {
                 .filter_map(|e| e.ok())
                 .filter_map(|e| e.file_name().into_string().ok())
                 .filter_map(|n| n.strip_suffix(".rs").map(String::from))
-                .filter(|n| n.starts_with(GPU_PREFIX))
+                .filter(|n| {
+                    n.starts_with(GPU_PREFIX)
+                        || fs::read_to_string(dir.join(format!("{n}.rs")))
+                            .is_ok_and(|text| text.contains(DEVICE_OPTION))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -385,8 +394,14 @@ mod tests {
     #[test]
     fn finds_the_gpu_examples_of_this_workspace() {
         let found = targets(&util::root()).unwrap();
-        assert!(found
-            .iter()
-            .all(|t| t.name.starts_with(GPU_PREFIX) && !t.package.is_empty()));
+        assert!(found.iter().all(|t| !t.package.is_empty()));
+        let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
+        for name in ["cuda_training", "cuda_oom", "decoding", "server"] {
+            assert!(names.contains(&name), "{name} missing: {names:?}");
+        }
+        assert!(
+            !names.contains(&"leaky_dataset"),
+            "a CPU-only example: {names:?}"
+        );
     }
 }

@@ -426,6 +426,7 @@ mod tests {
                     label: "x".into(),
                     kind: SiteKind::Binding,
                     note: None,
+                    from: Vec::new(),
                 },
             },
             Event::Dropped { t_ns: 5, tensor: 7 },

@@ -24,6 +24,9 @@ pub enum FindingKind {
     ViewRetention,
     /// Survivors born in one iteration only, kept since (information).
     Retained,
+    /// A site's survivors keep their count but grow in bytes: each iteration replaces
+    /// them by larger ones (a cache grown by `Tensor::cat` and never reset). A leak.
+    GrowingTensor,
     /// A device's memory in use grows with the iterations beyond the tracked tensors
     /// (`memory_findings`): memory held by code that is not annotated.
     UntrackedGrowth,
@@ -43,6 +46,7 @@ impl FindingKind {
             FindingKind::GraphRetention => "graph_retention",
             FindingKind::ViewRetention => "view_retention",
             FindingKind::Retained => "retained",
+            FindingKind::GrowingTensor => "growing_tensor",
             FindingKind::UntrackedGrowth => "untracked_growth",
             FindingKind::ShapeChurn => "shape_churn",
             FindingKind::RankDivergence => "rank_divergence",
@@ -55,10 +59,11 @@ impl FindingKind {
             FindingKind::GraphRetention => 0,
             FindingKind::ViewRetention => 1,
             FindingKind::Leak => 2,
-            FindingKind::UntrackedGrowth => 3,
-            FindingKind::ShapeChurn => 4,
-            FindingKind::RankDivergence => 5,
-            FindingKind::Retained => 6,
+            FindingKind::GrowingTensor => 3,
+            FindingKind::UntrackedGrowth => 4,
+            FindingKind::ShapeChurn => 5,
+            FindingKind::RankDivergence => 6,
+            FindingKind::Retained => 7,
         }
     }
 
@@ -75,6 +80,9 @@ impl FindingKind {
                 "keep a .copy() of the view so the large storage can be freed"
             }
             FindingKind::Retained => "state created once and kept; expected for optimizer state",
+            FindingKind::GrowingTensor => {
+                "the tensor kept here is replaced by a larger one every iteration (concatenated onto): reset it when the request or epoch ends, or preallocate it and bound its length"
+            }
             FindingKind::UntrackedGrowth => {
                 "annotate the code that allocates (#[track]) to find the site, or look for tensors kept by code outside tracked functions"
             }
@@ -135,6 +143,11 @@ pub struct Finding {
     /// places in one loop).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_call_paths: Vec<Vec<CallFrame>>,
+    /// For a shape churn that follows another in its loop's data flow: the site where
+    /// the dynamic shape starts, whose finding the text report shows for both (this one
+    /// is in the JSON report only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows: Option<SiteRef>,
     pub hint: String,
 }
 
@@ -164,6 +177,7 @@ impl Finding {
             role: None,
             call_path: Vec::new(),
             other_call_paths: Vec::new(),
+            follows: None,
             hint: kind.hint().to_string(),
         }
     }
@@ -177,7 +191,7 @@ impl Finding {
 
     /// A leak, or a graph or view retention that keeps growing.
     pub fn is_leak(&self) -> bool {
-        self.kind == FindingKind::Leak
+        matches!(self.kind, FindingKind::Leak | FindingKind::GrowingTensor)
             || (self.growing
                 && matches!(
                     self.kind,
@@ -278,7 +292,7 @@ impl Finding {
             FindingKind::Retained => "RETAINED",
             FindingKind::GraphRetention => "GRAPH",
             FindingKind::ViewRetention => "VIEW",
-            FindingKind::Leak => "LEAK",
+            FindingKind::Leak | FindingKind::GrowingTensor => "LEAK",
             FindingKind::UntrackedGrowth => "UNTRACKED",
             FindingKind::ShapeChurn => "CHURN",
             FindingKind::RankDivergence => "RANK",
@@ -429,10 +443,12 @@ impl fmt::Display for Finding {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let leaks = self.leaks().count() as u64;
+        // A shape churn that follows another in its loop is in the JSON report only.
+        let shown = || self.findings.iter().filter(|f| f.follows.is_none());
         writeln!(
             f,
             "{}, {} ({}); live now: {}, {} (peak {})",
-            plural(self.findings.len() as u64, "finding", "findings"),
+            plural(shown().count() as u64, "finding", "findings"),
             plural(leaks, "leak", "leaks"),
             if leaks == 0 { "clean" } else { "LEAKING" },
             plural(self.live_tensors, "tensor", "tensors"),
@@ -445,7 +461,7 @@ impl fmt::Display for Report {
         if !self.memory_by_role.is_empty() {
             writeln!(f, "memory {}", self.memory_by_role)?;
         }
-        for finding in &self.findings {
+        for finding in shown() {
             write!(f, "{finding}")?;
         }
         if let Some(pm) = &self.post_mortem {

@@ -16,7 +16,7 @@ use crate::report::{Finding, FindingKind, SiteRef};
 use serde_json::{json, Value};
 
 /// Every kind, in the order of the rules.
-pub const KINDS: [FindingKind; 7] = [
+pub const KINDS: [FindingKind; 8] = [
     FindingKind::Leak,
     FindingKind::GraphRetention,
     FindingKind::ViewRetention,
@@ -24,6 +24,7 @@ pub const KINDS: [FindingKind; 7] = [
     FindingKind::UntrackedGrowth,
     FindingKind::ShapeChurn,
     FindingKind::RankDivergence,
+    FindingKind::GrowingTensor,
 ];
 
 /// A finding and the text that reports it (the text report's words for it, with the ranks
@@ -44,6 +45,7 @@ pub fn rule_title(kind: FindingKind) -> &'static str {
         FindingKind::UntrackedGrowth => "device memory grows beyond the tracked tensors",
         FindingKind::ShapeChurn => "a site keeps making tensors of new sizes",
         FindingKind::RankDivergence => "one rank's memory grows apart from the others",
+        FindingKind::GrowingTensor => "a kept tensor is replaced by a larger one every iteration",
     }
 }
 

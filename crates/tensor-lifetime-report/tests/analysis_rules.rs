@@ -190,3 +190,92 @@ fn small_views_of_large_storages_are_view_retention() {
     assert!(r.findings[0].is_leak());
     assert_eq!(r.findings[0].bytes, 5 * 4096);
 }
+
+/// Runs one loop frame whose site 1 has one survivor of `bytes[i]` bytes after iteration
+/// `i`, born in that iteration (each replaces the previous one).
+fn run_bytes(bytes: &[u64]) -> Analysis {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'loop").into());
+    a.apply(&site(1, "cache").into());
+    a.apply(&loop_start(1, 0).into());
+    for (i, &b) in (0..).zip(bytes) {
+        let end = iteration_end(1, i).site(1).survivors(1).born(i, i).bytes(b);
+        a.apply(&end.into());
+    }
+    a
+}
+
+/// The rule on bytes (`analysis::growth`): one tensor replaced by a larger one every
+/// iteration is a `growing_tensor`, with its growth per iteration; one whose size
+/// wanders, or that grew and stays flat, is not.
+#[test]
+fn a_tensor_replaced_by_larger_ones_is_a_growing_tensor() {
+    let growing: Vec<u64> = (1..=10).map(|i| i * 1000).collect();
+    let a = run_bytes(&growing);
+    assert_eq!(kinds(&a), vec![(FindingKind::GrowingTensor, true)]);
+    let f = &a.report().findings[0];
+    assert_eq!(
+        (f.survivors, f.bytes, f.bytes_per_iteration),
+        (1, 10_000, 1000)
+    );
+    assert!(a.report().to_string().contains("LEAK"));
+
+    assert!(
+        kinds(&run_bytes(&growing[..3])).is_empty(),
+        "2 growth events"
+    );
+    // New highs ever more rarely: a size that wanders.
+    let wandering = [
+        500, 900, 300, 950, 200, 400, 990, 100, 600, 300, 200, 500, 100, 999,
+    ];
+    assert!(kinds(&run_bytes(&wandering)).is_empty());
+    // Grown, then flat for long (a cache filled to its bound).
+    let mut flat = growing.clone();
+    flat.extend([10_000; 12]);
+    assert!(kinds(&run_bytes(&flat)).is_empty());
+}
+
+/// A cache grown in a nested loop and dropped with the enclosing iteration (a cache per
+/// request) is bounded; one kept across them makes new highs there too, and is a leak.
+#[test]
+fn growth_in_bytes_is_confirmed_by_the_enclosing_iteration() {
+    for kept in [false, true] {
+        let mut a = Analysis::default();
+        a.apply(&site(0, "'requests").into());
+        a.apply(&site(1, "'tokens").into());
+        a.apply(&site(2, "cache").into());
+        a.apply(&loop_start(1, 0).into());
+        let mut positions = 0;
+        for request in 0..6 {
+            let frame = 10 + request;
+            a.apply(&loop_start(frame, 1).parent(1, request).into());
+            if !kept {
+                positions = 0;
+            }
+            for token in 0..8 {
+                positions += 1;
+                let end = iteration_end(frame, token)
+                    .site(2)
+                    .survivors(1)
+                    .born(token, token)
+                    .bytes(positions * 100);
+                a.apply(&end.into());
+            }
+            a.apply(&loop_end(frame, 8));
+            let end = match kept {
+                true => iteration_end(1, request)
+                    .site(2)
+                    .survivors(1)
+                    .born(request, request)
+                    .bytes(positions * 100),
+                false => iteration_end(1, request),
+            };
+            a.apply(&end.into());
+        }
+        let leaks: Vec<_> = a.report().leaks().map(|f| f.kind).collect();
+        match kept {
+            true => assert_eq!(leaks, vec![FindingKind::GrowingTensor]),
+            false => assert!(leaks.is_empty(), "{}", a.report()),
+        }
+    }
+}

@@ -107,6 +107,7 @@ fn extreme_log(time: fn(u64) -> u64) -> Vec<u8> {
                 label: "x".into(),
                 kind,
                 note: None,
+                from: Vec::new(),
             },
         });
     }

@@ -13,6 +13,7 @@ fn site_info(label: &str) -> SiteInfo {
         label: label.into(),
         kind: SiteKind::Binding,
         note: None,
+        from: Vec::new(),
     }
 }
 

@@ -35,7 +35,7 @@ fn roles_reach_the_html_and_the_trace() {
     assert_eq!(report.memory_by_role.peak.activation.bytes, 164);
     assert!(report
         .to_string()
-        .contains("memory by role now: parameter 200 B (1)"));
+        .contains("memory by role at the latest iteration end: parameter 200 B (1)"));
 
     let mut timeline = tensor_lifetime_report::TimelineBuilder::new(64);
     timeline.apply(&e);

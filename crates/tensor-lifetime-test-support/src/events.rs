@@ -35,6 +35,7 @@ pub fn site(id: u32, label: &str) -> Site {
             label: label.into(),
             kind: SiteKind::Binding,
             note: None,
+            from: Vec::new(),
         },
     }
 }

@@ -124,6 +124,7 @@ fn site((id, file, line, function, label, kind): SiteRow) -> Event {
             label: label.into(),
             kind,
             note: None,
+            from: Vec::new(),
         },
     }
 }

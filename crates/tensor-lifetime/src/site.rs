@@ -34,6 +34,9 @@ pub struct Site {
     /// an `input`, a store in an `impl Optimizer` is `optimizer_state`): set by `#[track]`
     /// ([`Site::with_role`]).
     pub role: Option<Role>,
+    /// The locals the value bound here is computed from (`let logits =
+    /// model.forward(&x)?` → `["model", "x"]`): set by `#[track]` ([`Site::from`]).
+    pub from: &'static [&'static str],
     id: AtomicU32,
 }
 
@@ -60,6 +63,7 @@ impl Site {
             evicted: None,
             fills: None,
             role: None,
+            from: &[],
             id: AtomicU32::new(0),
         }
     }
@@ -79,6 +83,12 @@ impl Site {
     /// The same site, whose tensors have `role` (see the report crate's `roles` module).
     pub const fn with_role(mut self, role: Role) -> Site {
         self.role = Some(role);
+        self
+    }
+
+    /// The same site, whose value is computed from the locals `from`.
+    pub const fn from(mut self, from: &'static [&'static str]) -> Site {
+        self.from = from;
         self
     }
 
@@ -120,6 +130,7 @@ impl Site {
                 }),
                 (None, None) => None,
             },
+            from: self.from.iter().map(|s| s.to_string()).collect(),
         }
     }
 }

@@ -1,9 +1,10 @@
-//! The reliability matrix: seventeen leaky and sixteen clean training loops (`cases.rs`),
+//! The reliability matrix: nineteen leaky and twenty-two clean training and serving loops
+//! (`cases.rs`, `serving.rs`),
 //! each judged in its own leak session (`check_leaks`), with the expected outcome
 //! asserted: every leak found at its site (file, line, label), with its kind and its
 //! bytes; no `leak` finding (and no tensor left alive) for the clean ones.
 //! `matrix_of_leaks_and_clean_loops` prints the summary line
-//! (`matrix (seed ...): 17/17 leaks found, 0/16 false alarms`).
+//! (`matrix (seed ...): 19/19 leaks found, 0/22 false alarms`).
 //!
 //! One table ([`MATRIX`]) says, per case, how to run it and what it must show; the matrix
 //! runs every row, and the `leak_test_*` tests run a few rows under a real
@@ -14,12 +15,14 @@
 
 pub mod cases;
 mod sampled;
+pub mod serving;
 
 use candle_core::{Result, Storage, Tensor};
 use cases::*;
+use serving::*;
 use std::collections::HashSet;
 use tensor_lifetime::{FindingKind, LeakTestOutcome};
-use tensor_lifetime_tests::fixtures::{FEATURES, FIXTURES, HIDDEN};
+use tensor_lifetime_tests::fixtures::{CLASSES, FEATURES, FIXTURES, HIDDEN};
 use tensor_lifetime_tests::{in_session, serial, Source};
 
 /// One row of the matrix: a case, how to run it and what it must show.
@@ -385,6 +388,39 @@ const MATRIX: &[Case] = &[
             Leak::at("// matrix: L16 async kv entry", "kv", kept, bytes).held_by("self.caches")
         }),
     },
+    // One cache for every request, replaced by a larger one at every token: one
+    // survivor, 300 positions after 25 requests of 12 tokens.
+    Case {
+        name: "l18_kv_cache_never_reset",
+        key: "l18",
+        run: |p| l18_kv_cache_never_reset(p).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Leak(|_, _| {
+            let bytes = (REQUESTS * REQUEST_TOKENS) as u64 * POSITION_BYTES;
+            Leak {
+                source: SERVING,
+                ..Leak::at("// matrix: L18 kv cache", "cache", 1, bytes)
+            }
+            .kind(FindingKind::GrowingTensor)
+            .held_by("cache")
+        }),
+    },
+    // Every epoch's predictions concatenated onto one tensor never reset.
+    Case {
+        name: "l19_running_concatenation_never_reset",
+        key: "l19",
+        run: |p| running_concatenation(p, false).map(|rows| rows as u64),
+        after: |p, rows| assert_eq!(rows, (p.steps * EPOCH_STEPS * p.rows) as u64),
+        verdict: Verdict::Leak(|_, rows| {
+            let bytes = rows * (CLASSES * 4) as u64;
+            Leak {
+                source: SERVING,
+                ..Leak::at("// matrix: L19 all preds", "all_preds", 1, bytes)
+            }
+            .kind(FindingKind::GrowingTensor)
+            .held_by("all_preds")
+        }),
+    },
     Case {
         name: "c1_lazy_optimizer_state",
         key: "c1",
@@ -495,6 +531,48 @@ const MATRIX: &[Case] = &[
         name: "c16_async_server_per_request_cache",
         key: "c16",
         run: |p| async_decoding(p, false).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c17_preallocated_cache",
+        key: "c17",
+        run: |p| c17_preallocated_cache(p).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c18_per_request_cache",
+        key: "c18",
+        run: |p| c18_per_request_cache(p).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c19_running_concatenation_reset_per_epoch",
+        key: "c19",
+        run: |p| running_concatenation(p, true).map(|rows| rows as u64),
+        after: |p, rows| assert_eq!(rows, (EPOCH_STEPS * p.rows) as u64),
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c20_builder_built_model",
+        key: "c20",
+        run: |p| serve_built_model(p, Build::Builder, 4).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c21_collected_model",
+        key: "c21",
+        run: |p| serve_built_model(p, Build::Collected, 4).map(|_| 0),
+        after: nothing,
+        verdict: Verdict::Clean,
+    },
+    Case {
+        name: "c22_model_loaded_into_a_map",
+        key: "c22",
+        run: |p| serve_built_model(p, Build::Map, 4).map(|_| 0),
         after: nothing,
         verdict: Verdict::Clean,
     },
@@ -671,6 +749,17 @@ fn leak_test_fails_on_a_running_loss() {
 #[should_panic(expected = "ALIVE    tests/tests/reliability/cases.rs:")]
 fn leak_test_fails_on_an_rc_cycle() {
     leak_test_body("l7_rc_cycle").unwrap();
+}
+
+#[tensor_lifetime::leak_test]
+#[should_panic(expected = "LEAK     tests/tests/reliability/serving.rs:")]
+fn leak_test_fails_on_a_kv_cache_never_reset() {
+    leak_test_body("l18_kv_cache_never_reset").unwrap();
+}
+
+#[tensor_lifetime::leak_test]
+fn leak_test_passes_a_builder_built_model() -> Result<()> {
+    leak_test_body("c20_builder_built_model")
 }
 
 #[tensor_lifetime::leak_test]

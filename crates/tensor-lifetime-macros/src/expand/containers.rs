@@ -7,7 +7,7 @@ use proc_macro2::Span;
 use std::collections::BTreeMap;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
-use syn::{parse_quote, Block, Expr, ExprMethodCall, Item, Stmt};
+use syn::{parse_quote, Block, Expr, ExprMethodCall, Item, Pat, Stmt};
 
 /// Methods that take elements out of a container: a container the code trims with one
 /// of them is bounded.
@@ -128,14 +128,19 @@ fn is_new_container(expr: &Expr) -> bool {
     }
 }
 
-/// The locals a function returns, at value positions of its tail expression and its
-/// `return`s: `heads` in `Ok(heads)`, `Self { layers }`, `(heads, n)`, `Model::new(heads)`.
+/// The locals a function hands out: those at value positions of its tail expression and
+/// its `return`s (`heads` in `Ok(heads)`, `Self { layers }`, `(heads, n)`,
+/// `Model::new(heads)`), and, repeatedly, those moved into the value of a `let` that
+/// binds one of them (`blocks` in `let model = Self { blocks }; Ok(model)`).
 pub(super) fn returned_locals(block: &Block) -> Vec<String> {
     fn names(expr: &Expr, out: &mut Vec<String>) {
         match expr {
             Expr::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
                 let name = p.path.segments[0].ident.to_string();
-                if name != "self" && !name.starts_with(|c: char| c.is_uppercase()) {
+                if name != "self"
+                    && !name.starts_with(|c: char| c.is_uppercase())
+                    && !out.contains(&name)
+                {
                     out.push(name);
                 }
             }
@@ -164,14 +169,53 @@ pub(super) fn returned_locals(block: &Block) -> Vec<String> {
         names(tail, &mut out);
     }
     Returns(&mut out).visit_block(block);
-    out
+    // What is moved into a returned local's value is handed out with it.
+    loop {
+        let before = out.len();
+        for stmt in &block.stmts {
+            let Stmt::Local(local) = stmt else { continue };
+            let (Pat::Ident(p), Some(init)) = (&local.pat, &local.init) else {
+                continue;
+            };
+            if out.contains(&p.ident.to_string()) {
+                names(&init.expr, &mut out);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
 }
 
-/// The returned local a loop stores into (`heads.push(..)` with `heads` returned), if any.
+/// The construction-loop rule: the returned local a loop fills, if any. A loop fills a
+/// local its function hands out ([`returned_locals`]) when its body puts values into it:
+/// a storing call on it or on a field of it (`heads.push(..)`, `model.weights.insert(..)`),
+/// or a builder step: the place assigned its own method call, with a part made in that
+/// call (`blocks = blocks.add(Block::new(..)?)`; `total = total.add(&loss)?` adds a
+/// value made before, and is an accumulation, not a build). The result is the text of
+/// the place filled, as its store site is labeled.
 pub(super) fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String> {
     struct Finder<'b> {
         returned: &'b [String],
         found: Option<String>,
+    }
+    impl Finder<'_> {
+        /// `place` if its root local is handed out.
+        fn note(&mut self, place: &Expr) {
+            let mut root = place;
+            while let Expr::Field(f) = root {
+                root = &f.base;
+            }
+            let Expr::Path(p) = root else { return };
+            if self.found.is_none()
+                && p.path.segments.len() == 1
+                && self
+                    .returned
+                    .contains(&p.path.segments[0].ident.to_string())
+            {
+                self.found = Some(compact(place));
+            }
+        }
     }
     impl<'a> Visit<'a> for Finder<'_> {
         fn visit_expr_method_call(&mut self, call: &'a ExprMethodCall) {
@@ -183,13 +227,16 @@ pub(super) fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String>
                 "extend",
                 "append",
             ];
-            if self.found.is_none() && storing.iter().any(|m| call.method == m) {
-                let receiver = compact(&holder(&call.receiver));
-                if self.returned.contains(&receiver) {
-                    self.found = Some(receiver);
-                }
+            if storing.iter().any(|m| call.method == m) {
+                self.note(&holder(&call.receiver));
             }
             syn::visit::visit_expr_method_call(self, call);
+        }
+        fn visit_expr_assign(&mut self, a: &'a syn::ExprAssign) {
+            if is_place(&a.left) && is_builder_step(&a.left, &a.right) {
+                self.note(&a.left);
+            }
+            syn::visit::visit_expr_assign(self, a);
         }
         fn visit_item(&mut self, _: &'a Item) {}
     }
@@ -202,6 +249,28 @@ pub(super) fn fills_returned(expr: &Expr, returned: &[String]) -> Option<String>
     };
     finder.visit_expr(expr);
     finder.found
+}
+
+/// `place.method(.., part, ..)` (its `?` and parentheses aside) with a `part` made in the
+/// call: a call or a method call, not a place or a reference to one.
+fn is_builder_step(place: &Expr, value: &Expr) -> bool {
+    fn strip(e: &Expr) -> &Expr {
+        match e {
+            Expr::Try(t) => strip(&t.expr),
+            Expr::Paren(p) => strip(&p.expr),
+            Expr::Group(g) => strip(&g.expr),
+            Expr::Reference(r) => strip(&r.expr),
+            _ => e,
+        }
+    }
+    let Expr::MethodCall(call) = strip(value) else {
+        return false;
+    };
+    compact(&*call.receiver) == compact(place)
+        && call
+            .args
+            .iter()
+            .any(|a| matches!(strip(a), Expr::Call(_) | Expr::MethodCall(_)))
 }
 
 /// In a stored value of a user type, the tensors inside: named places (`state` in

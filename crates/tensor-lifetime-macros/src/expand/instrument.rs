@@ -85,15 +85,21 @@ impl Instrument<'_> {
 
     /// [`Instrument::binding_tags`] with sites of role `role` (a `Role` variant's name),
     /// and `tag_made(&ident, SITE, &inputs)` when the value's inputs are in the local
-    /// `inputs` (`inputs.rs`).
+    /// `inputs` (`inputs.rs`); their names (`from`) go on the site (`.from(&[..])`): the
+    /// data flow between sites.
     fn binding_tags_as(
         &self,
         pat: &Pat,
         cfgs: &[&Attribute],
         role: Option<&str>,
-        inputs: Option<&Ident>,
+        inputs: Option<(&Ident, &[Expr])>,
     ) -> Vec<Stmt> {
-        let role = role_tokens(role);
+        let mut role = role_tokens(role);
+        if let Some((_, from)) = inputs {
+            let names = from.iter().map(compact);
+            role.extend(quote!(.from(&[#(#names),*])));
+        }
+        let inputs = inputs.map(|(name, _)| name);
         let mut idents = Vec::new();
         pat_idents(pat, &mut idents);
         idents
@@ -396,7 +402,7 @@ impl VisitMut for Instrument<'_> {
                             is_batch_call(&init.expr).then_some("Input")
                         };
                         let name = sites::local("__tl_inputs");
-                        let made = (!inputs.is_empty()).then_some(&name);
+                        let made = (!inputs.is_empty()).then_some((&name, &inputs[..]));
                         let tags = self.binding_tags_as(&local.pat, &cfgs, role, made);
                         if made.is_some() && !tags.is_empty() {
                             block.stmts.push(inputs_local(&name, &inputs, &cfgs));

@@ -347,3 +347,81 @@ fn a_size_text_becomes_a_static_the_compiler_evaluates() {
     );
     assert!(number.to_string().contains("max_leaked_bytes : 1024u64"));
 }
+
+/// The construction-loop rule on shapes of model constructors: what the loop fills is
+/// named on its site (`.fills(..)`), or nothing is for a loop that builds nothing.
+#[test]
+fn construction_loops_fill_what_the_function_hands_out() {
+    let fills = |item: TokenStream| -> Option<String> {
+        let out = expand(item);
+        let at = out.find(". fills (")?;
+        let rest = &out[at + ". fills (".len()..];
+        Some(rest[..rest.find(')')?].trim().trim_matches('"').to_string())
+    };
+    // A builder, moved into the returned struct literal.
+    let builder = quote!(
+        fn new(n: usize) -> Result<Self> {
+            let mut blocks = seq();
+            for i in 0..n {
+                blocks = blocks.add(Block::new(i)?);
+            }
+            Ok(Self { blocks, n })
+        }
+    );
+    assert_eq!(fills(builder).as_deref(), Some("blocks"));
+    // A map moved into a local the function returns.
+    let map = quote!(
+        fn load(n: usize) -> Result<Weights> {
+            let mut weights = HashMap::new();
+            for i in 0..n {
+                weights.insert(i, Tensor::zeros(4, DType::F32, &Device::Cpu)?);
+            }
+            let model = Weights { weights };
+            Ok(model)
+        }
+    );
+    assert_eq!(fills(map).as_deref(), Some("weights"));
+    // A field of the returned local.
+    let field = quote!(
+        fn load(n: usize) -> Result<Weights> {
+            let mut model = Weights::default();
+            for i in 0..n {
+                model
+                    .weights
+                    .insert(i, Tensor::zeros(4, DType::F32, &Device::Cpu)?);
+            }
+            Ok(model)
+        }
+    );
+    assert_eq!(fills(field).as_deref(), Some("model.weights"));
+    // A running total returned: the value added was made before the call, an
+    // accumulation; and a value merely assigned in the loop.
+    let total = quote!(
+        fn train(data: &[Tensor]) -> Result<(Tensor, f32)> {
+            let mut total = Tensor::zeros((), DType::F32, &Device::Cpu)?;
+            let mut last = 0.0;
+            for x in data {
+                let loss = x.sum_all()?;
+                total = total.add(&loss)?;
+                last = loss.to_scalar::<f32>()?;
+            }
+            Ok((total, last))
+        }
+    );
+    assert_eq!(fills(total), None);
+}
+
+/// A `let` whose value is computed from locals names them on its site: the data flow
+/// between sites.
+#[test]
+fn bindings_name_the_locals_they_are_computed_from() {
+    let out = expand(quote!(
+        fn f(m: &Model, x: &Tensor) -> Result<Tensor> {
+            let h = m.w.forward(x)?;
+            let y = h.relu()?;
+            Ok(y)
+        }
+    ));
+    assert!(out.contains(". from (& [\"m.w\" , \"x\"])"), "{out}");
+    assert!(out.contains(". from (& [\"h\"])"), "{out}");
+}

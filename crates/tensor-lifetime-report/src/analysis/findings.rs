@@ -4,7 +4,7 @@
 
 use super::catalog::Catalog;
 use super::verdict::{classify, Bound, Verdict};
-use crate::model::{HolderKind, HolderRef, HolderSpec, SiteNote, SiteRef, SiteSweep};
+use crate::model::{HolderKind, HolderRef, HolderSpec, SiteKind, SiteNote, SiteRef, SiteSweep};
 use crate::report::{Finding, FindingKind};
 use std::collections::BTreeMap;
 
@@ -52,7 +52,7 @@ impl Assembly<'_> {
     fn best_verdicts(&self, candidates: Vec<(u32, Verdict)>) -> (Best, BTreeMap<u32, Vec<u32>>) {
         let rank = |k: FindingKind, v: &Verdict| {
             (
-                !(v.growing || k == FindingKind::Leak),
+                !(v.growing || k == FindingKind::Leak || k == FindingKind::GrowingTensor),
                 k.severity_rank(),
                 v.depth,
                 !v.running,
@@ -116,6 +116,22 @@ impl Assembly<'_> {
         }
     }
 
+    /// A growing tensor born at an assignment (`cache = Tensor::cat(..)`) and seen held
+    /// by nothing else is held by the place assigned: each new one replaces the previous
+    /// one there.
+    fn replaced_in(&self, site: u32, kind: FindingKind, holder: HolderSpec) -> HolderSpec {
+        let assigned = self
+            .catalog
+            .site(site)
+            .is_some_and(|s| s.kind == SiteKind::Assignment);
+        match holder {
+            HolderSpec::Unknown if kind == FindingKind::GrowingTensor && assigned => {
+                HolderSpec::Store { site }
+            }
+            other => other,
+        }
+    }
+
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
         let (kind, site) = match h {
             HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
@@ -149,11 +165,12 @@ impl Assembly<'_> {
             _ => s.bytes,
         };
         let bytes = held(last);
-        let bytes_per_iteration = if v.growing || kind == FindingKind::Leak {
-            bytes.saturating_sub(held(&v.series.first)) / span
-        } else {
-            0
-        };
+        let bytes_per_iteration =
+            if v.growing || kind == FindingKind::Leak || kind == FindingKind::GrowingTensor {
+                bytes.saturating_sub(held(&v.series.first)) / span
+            } else {
+                0
+            };
         Finding {
             kind,
             growing: v.growing,
@@ -170,7 +187,7 @@ impl Assembly<'_> {
             holders: last
                 .holders
                 .iter()
-                .map(|h| self.holder_ref(&h.holder, h.count))
+                .map(|h| self.holder_ref(&self.replaced_in(site, kind, h.holder), h.count))
                 .collect(),
             graph_tensors: last.graph_tensors,
             graph_bytes: last.graph_bytes,
@@ -190,6 +207,7 @@ impl Assembly<'_> {
                 .map(|id| self.catalog.call_path(*id).to_vec())
                 .filter(|p| !p.is_empty())
                 .collect(),
+            follows: None,
             hint: match (bound, v.single_epoch) {
                 (Some(bound), _) => bound.hint(),
                 (None, false) => kind.hint().to_string(),
@@ -221,7 +239,7 @@ fn bound_by_graph(best: &mut Best) {
         if let Some(HolderSpec::Graph { site: root }) = top {
             if let Some(b) = bounded_roots.get(&root) {
                 *bound = Some(b.clone());
-                if *kind == FindingKind::Leak {
+                if matches!(*kind, FindingKind::Leak | FindingKind::GrowingTensor) {
                     *kind = FindingKind::Retained;
                 } else {
                     verdict.growing = false;

@@ -46,6 +46,8 @@ impl Frame {
     /// The verdict of `site`'s `series` in this frame at its latest iteration end.
     fn verdict(&self, series: Series, running: bool) -> Verdict {
         let iteration = self.iterations.saturating_sub(1);
+        let by_count = series.growing(iteration, &self.judgement);
+        let by_bytes = !by_count && series.growing_bytes(iteration, &self.judgement);
         Verdict {
             judgement: self.judgement,
             session: self.session,
@@ -54,7 +56,8 @@ impl Frame {
             depth: self.depth,
             iteration,
             running,
-            growing: series.growing(iteration, &self.judgement),
+            growing: by_count || by_bytes,
+            by_bytes,
             series,
             product: self.product.clone(),
             single_epoch: false,
@@ -154,12 +157,19 @@ impl Frames {
                 .series
                 .insert_with(s.site, || Series::starting(iteration, s));
         }
-        // This level's highs before this iteration, for the growth of nested frames.
-        let highs: Option<HashMap<u32, u64>> = (!frame.pending.is_empty()).then(|| {
+        // This level's highs before this iteration (count and bytes), for the growth of
+        // nested frames.
+        let highs: Option<HashMap<u32, (u64, u64)>> = (!frame.pending.is_empty()).then(|| {
             frame
                 .pending
                 .iter()
-                .map(|(site, _)| (*site, frame.series.get(*site).map_or(0, |s| s.max)))
+                .map(|(site, _)| {
+                    let high = frame
+                        .series
+                        .get(*site)
+                        .map_or((0, 0), |s| (s.max, s.bytes_max));
+                    (*site, high)
+                })
                 .collect()
         });
         for (site, series) in frame.series.0.iter_mut() {
@@ -173,10 +183,14 @@ impl Frames {
         if let Some(highs) = highs {
             for (site, mut verdict) in std::mem::take(&mut frame.pending) {
                 let key = (verdict.session, verdict.loop_site, site);
-                let survivors = by_site.get(site).map_or(0, |s| s.survivors);
+                let (survivors, bytes) =
+                    by_site.get(site).map_or((0, 0), |s| (s.survivors, s.bytes));
+                let (count_high, bytes_high) = highs.get(&site).copied().unwrap_or_default();
                 // Not in the warm-up iteration: state created once, lazily, in the first
-                // iteration (optimizer buffers) makes its only high there.
-                let new_high = survivors > highs.get(&site).copied().unwrap_or(0);
+                // iteration (optimizer buffers) makes its only high there. Growth in bytes
+                // is confirmed by bytes, as long as something survives.
+                let new_high = survivors > count_high
+                    || (verdict.by_bytes && survivors > 0 && bytes > bytes_high);
                 if iteration >= j.warmup && new_high {
                     verdict.running = false;
                     self.confirmed.insert(key, verdict);

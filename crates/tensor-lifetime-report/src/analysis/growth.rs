@@ -17,6 +17,19 @@
 //! kept) or the longest one ([`Window::LongestGap`]: memory samples, which move with the
 //! size of the step being sampled, so a growth may resume only a few steps after a large
 //! step was followed by a small one).
+//!
+//! # The rule on bytes
+//!
+//! A tensor replaced every iteration by a larger one (a KV cache grown by `Tensor::cat`
+//! and never reset, a running concatenation of predictions) keeps its survivor count
+//! flat while its bytes grow. A site's bytes at iteration ends make a *bytes growth
+//! event* when they exceed every earlier value after the warm-up in an iteration whose
+//! survivor count made no new high (that is the rule above). The site is growing in
+//! bytes when the rule above holds on these events ([`Window::MeanGap`]), its bytes now
+//! are above their high before the latest event, and the events are steady
+//! ([`Growth::steady`]): at least one iteration in two since the first iteration judged
+//! made one. A tensor whose size wanders (a batch of a random length kept until the
+//! next one) makes new highs ever more rarely, and is not growing.
 
 /// How long after its latest growth event a series still counts as growing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +68,12 @@ impl Growth {
     /// Growth events so far.
     pub fn events(&self) -> u64 {
         self.events
+    }
+
+    /// Whether the growth events are steady: at least one in two of the steps from
+    /// `since` to `now`, both included (the rule on bytes, in the module docs).
+    pub fn steady(&self, now: u64, since: u64) -> bool {
+        self.events.saturating_mul(2) > now.saturating_sub(since)
     }
 
     /// The rule (see the module docs): at least `k` growth events, the latest within
@@ -107,5 +126,15 @@ mod tests {
             !g.holds(17, 3, Window::MeanGap),
             "mean gap 3.5 -> 3: 6 steps"
         );
+    }
+
+    #[test]
+    fn steady_growth_is_one_step_in_two_at_least() {
+        // A cache grown every step after a warm-up of 1: steady.
+        assert!(at(&[1, 2, 3, 4, 5]).steady(5, 1));
+        // Every other step: steady still.
+        assert!(at(&[2, 4, 6]).steady(6, 1));
+        // New highs ever more rarely (sizes that wander): not steady.
+        assert!(!at(&[1, 3, 9, 20]).steady(24, 1));
     }
 }

@@ -26,15 +26,23 @@
 //! Nothing in the counts tells a window that is still filling from a leak: a window larger
 //! than `k` iterations is reported as growing until it fills.
 //!
+//! A site whose count does not grow may still grow in **bytes**: each iteration replaces
+//! its survivors by larger ones (a KV cache grown by `Tensor::cat` and never reset). The
+//! same rule runs on the bytes at iteration ends, counting as growth events only the new
+//! highs of iterations whose count made none, and asking them to be steady (one
+//! iteration in two at least, [`growth`]): that is a `growing_tensor`, a leak.
+//!
 //! Then, per site and frame, the finding is the first that applies:
 //! `graph_retention` (a survivor's autograd graph holds other tensors), `view_retention`
 //! (survivors are small views pinning storages `view_ratio` times larger), `leak`
-//! (growing), `retained` (all survivors born in one iteration and kept for `k` more).
+//! (growing), `growing_tensor` (growing in bytes only), `retained` (all survivors born in
+//! one iteration and kept for `k` more).
 //! The first two carry `growing` when the leak rule holds too; [`Finding::is_leak`](crate::report::Finding::is_leak) is
 //! true for a `leak` and for a growing graph or view retention.
 //!
 //! When a nested loop frame ends, its growing sites wait for the enclosing frame's
-//! iteration to end: if by then the site's survivors at that level make a new high, the
+//! iteration to end: if by then the site's survivors at that level make a new high (in
+//! bytes too, for a growth in bytes), the
 //! growth is confirmed; otherwise it was bounded by the enclosing iteration (per-epoch
 //! accumulation released at its end, or state that an inner loop rebuilds to the same
 //! height every iteration, such as per-parameter optimizer state) and is dropped, with
@@ -57,9 +65,15 @@
 //!   replay buffer that evicts when full grows until it fills and is not a leak even in a
 //!   run too short to fill it; a container nothing trims (`examples/leaky_dataset`)
 //!   stays a leak. A graph or view retention so held is reported, not as growing.
-//! - **Product**: the frame belongs to a *construction loop*: an unlabeled loop that
-//!   stores into a local its function returns (`heads.push(..)` ... `Ok(heads)`), and
-//!   that runs outside any loop (or inside another construction loop). A labeled loop
+//! - **Product**: the frame belongs to a *construction loop*: an unlabeled loop that puts
+//!   values into what its function hands out, and that runs outside any loop (or inside
+//!   another construction loop). What a function hands out is a local at a value position
+//!   of what it returns (`Ok(heads)`, `Self { blocks, .. }`), or one moved into the value
+//!   of a `let` binding such a local (`let model = Self { weights }; Ok(model)`); a loop
+//!   puts values into it by a storing call on it or on a field of it (`heads.push(..)`),
+//!   or by a builder step, the local assigned its own method call with a part made in
+//!   that call (`blocks = blocks.add(Block::new(..)?)`; adding a value made before the
+//!   call is an accumulation). A labeled loop
 //!   (`'epoch`, `'step`) names a phase of a run and is never one. What it builds is handed out (a
 //!   model's layers), so its growth ends with the loop and is the function's value, not
 //!   the run's. Survivors held by a store into another container stay judged as usual.

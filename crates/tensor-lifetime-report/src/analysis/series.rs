@@ -16,6 +16,12 @@ pub struct Series {
     growth: Growth,
     /// The highest count before the latest growth event.
     plateau: u64,
+    /// The same for the bytes, whose growth events are those of iterations whose count
+    /// made no new high (the rule on bytes, [`super::growth`]).
+    pub(super) bytes_max: u64,
+    bytes_current: u64,
+    bytes_growth: Growth,
+    bytes_plateau: u64,
     /// The first sweep seen, to compute bytes per iteration.
     pub(super) first: SiteSweep,
     pub(super) first_iteration: u64,
@@ -35,14 +41,25 @@ impl Series {
 
     pub(super) fn observe(&mut self, iteration: u64, sweep: Option<&SiteSweep>, j: &Judgement) {
         let count = sweep.map_or(0, |s| s.survivors);
-        if count > self.max {
-            if iteration >= j.warmup {
+        let bytes = sweep.map_or(0, |s| s.bytes);
+        let judged = iteration >= j.warmup;
+        let count_high = count > self.max;
+        if count_high {
+            if judged {
                 self.growth.event(iteration);
                 self.plateau = self.max;
             }
             self.max = count;
         }
+        if bytes > self.bytes_max {
+            if judged && !count_high && count > 0 {
+                self.bytes_growth.event(iteration);
+                self.bytes_plateau = self.bytes_max;
+            }
+            self.bytes_max = bytes;
+        }
         self.current = count;
+        self.bytes_current = bytes;
         match sweep {
             // `clone_from`: the holders' allocation is reused at every iteration end.
             Some(s) => self.last.clone_from(s),
@@ -64,6 +81,15 @@ impl Series {
         // A count back at or under the level it had before the latest growth event is
         // not growing: a bounded queue that filled late and is draining.
         self.current > self.plateau && self.growth.holds(iteration, j.k, Window::MeanGap)
+    }
+
+    /// The rule on bytes (see the module docs of [`super::growth`]) at `iteration`: the
+    /// survivors are replaced by larger ones, iteration after iteration.
+    pub fn growing_bytes(&self, iteration: u64, j: &Judgement) -> bool {
+        let since = j.warmup.max(self.first_iteration);
+        self.bytes_current > self.bytes_plateau
+            && self.bytes_growth.holds(iteration, j.k, Window::MeanGap)
+            && self.bytes_growth.steady(iteration, since)
     }
 }
 

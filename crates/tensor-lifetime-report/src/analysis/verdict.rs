@@ -17,6 +17,9 @@ pub(super) struct Verdict {
     pub(super) running: bool,
     pub(super) series: Series,
     pub(super) growing: bool,
+    /// Growing by the rule on bytes, not by the count: its survivors are replaced by
+    /// larger ones (a `growing_tensor`).
+    pub(super) by_bytes: bool,
     /// The returned local the loop (or its outermost loop) builds, for a construction
     /// loop (see the module docs of `analysis`).
     pub(super) product: Option<String>,
@@ -71,6 +74,7 @@ pub(super) fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Opt
     if v.growing {
         return Some(match bound {
             Some(_) => FindingKind::Retained,
+            None if v.by_bytes => FindingKind::GrowingTensor,
             None => FindingKind::Leak,
         });
     }

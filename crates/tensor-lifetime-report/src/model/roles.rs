@@ -333,7 +333,11 @@ impl RoleHistory {
 
 impl fmt::Display for MemoryByRole {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "by role now: {}; at peak: {}", self.now, self.peak)
+        write!(
+            f,
+            "by role at the latest iteration end: {}; at peak: {}",
+            self.now, self.peak
+        )
     }
 }
 

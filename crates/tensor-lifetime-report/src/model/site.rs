@@ -48,6 +48,11 @@ pub struct SiteInfo {
     /// value). Absent in logs written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<SiteNote>,
+    /// The locals the value bound here is computed from, as `#[track]` read them
+    /// (`let logits = model.forward(&x)?` → `["model", "x"]`): the data flow between the
+    /// sites of one function. Empty when none is known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<String>,
 }
 
 /// What the macro saw around a site, beyond its place and label.

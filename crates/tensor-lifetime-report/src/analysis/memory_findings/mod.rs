@@ -40,6 +40,13 @@
 //! after its first iteration and never churns. Memory is bounded: at most
 //! `MAX_SIZES_PER_SITE` sizes are kept per site; past that every new size is counted as
 //! new.
+//!
+//! The churning sites of one loop are one problem: a dynamic shape enters at one site
+//! and flows on. They are grouped per loop; the site where the shape starts is the one
+//! no other churning site of the same function flows into (the locals each `let` is
+//! computed from, as `#[track]` read them: `SiteInfo::from`), the first seen when
+//! several are. Its finding names how many sites follow it; theirs carry `follows` and
+//! appear in the JSON report only (the text report leaves them out).
 
 use super::growth::{Growth, Window};
 use super::input::Input;
@@ -339,6 +346,16 @@ impl MemoryFindings {
                 ..Finding::at(FindingKind::UntrackedGrowth, SiteRef::default())
             });
         }
+        out.extend(group_churn(self.churn(&site), &site));
+        out
+    }
+
+    /// One shape churn finding per churning site, with its site id and loop site.
+    fn churn<'a>(
+        &self,
+        site: &impl Fn(u32) -> Option<&'a SiteInfo>,
+    ) -> Vec<(u32, Option<u32>, Finding)> {
+        let mut out = Vec::new();
         let j = &self.judgement;
         let mut sites: Vec<(u32, &Shapes)> = self.shapes.iter().collect();
         sites.sort_by_key(|(id, _)| *id);
@@ -365,7 +382,7 @@ impl MemoryFindings {
             } else {
                 ""
             };
-            out.push(Finding {
+            let finding = Finding {
                 kind: FindingKind::ShapeChurn,
                 growing: false,
                 site: SiteRef::from(info),
@@ -388,8 +405,64 @@ impl MemoryFindings {
                     FindingKind::ShapeChurn.hint()
                 ),
                 ..Finding::at(FindingKind::ShapeChurn, SiteRef::default())
-            });
+            };
+            out.push((id, loop_site, finding));
         }
         out
     }
+}
+
+/// The churn findings grouped per loop (see the module docs): the start of each group
+/// names how many sites follow it; the others get `follows`.
+fn group_churn<'a>(
+    mut churn: Vec<(u32, Option<u32>, Finding)>,
+    site: &impl Fn(u32) -> Option<&'a SiteInfo>,
+) -> Vec<Finding> {
+    let mut loops: Vec<Option<u32>> = churn.iter().map(|(_, l, _)| *l).collect();
+    loops.dedup();
+    loops.sort_unstable();
+    loops.dedup();
+    for l in loops {
+        let group: Vec<usize> = (0..churn.len()).filter(|i| churn[*i].1 == l).collect();
+        if group.len() < 2 {
+            continue;
+        }
+        // A site another churning site of its function flows into follows it.
+        let fed = |i: usize| {
+            let Some(info) = site(churn[i].0) else {
+                return false;
+            };
+            group.iter().any(|&o| {
+                o != i
+                    && site(churn[o].0).is_some_and(|other| {
+                        other.function == info.function && info.from.contains(&other.label)
+                    })
+            })
+        };
+        // Ids follow the order sites were first seen: the first root, else the first.
+        let start = group
+            .iter()
+            .copied()
+            .filter(|&i| !fed(i))
+            .min_by_key(|&i| churn[i].0)
+            .unwrap_or(group[0]);
+        let start_ref = churn[start].2.site.clone();
+        for &i in &group {
+            if i != start {
+                churn[i].2.follows = Some(start_ref.clone());
+            }
+        }
+        let n = group.len() - 1;
+        let f = &mut churn[start].2;
+        f.hint = format!(
+            "the dynamic shape starts here: {n} more {} (listed in the JSON report); {}",
+            if n == 1 {
+                "site of this loop follows it"
+            } else {
+                "sites of this loop follow it"
+            },
+            f.hint
+        );
+    }
+    churn.into_iter().map(|(_, _, f)| f).collect()
 }
