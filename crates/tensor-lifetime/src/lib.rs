@@ -69,6 +69,8 @@
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
 
 #![deny(unsafe_code)]
+// docs.rs (`--cfg docsrs`, a nightly rustdoc) marks each item with the features it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The selected candle-core, named `candle_core` in the whole crate (an `extern crate` at
 // the root joins the extern prelude). 0.11 is the dependency named `candle-core` itself.
