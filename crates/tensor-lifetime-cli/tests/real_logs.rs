@@ -8,7 +8,12 @@
 //!   the leaking site; each log against itself exits 0;
 //! - `report --format json` of a log finds what the in-process report found (the child
 //!   also writes `TENSOR_LIFETIME_JSON`): the same judgement;
-//! - `trace` of a real log passes the Chrome Trace Event format check.
+//! - `trace` of a real log passes the Chrome Trace Event format check;
+//! - `pprof` and `--format markdown` read by the tools users read them with
+//!   (`real_logs/formats.rs`).
+
+#[path = "real_logs/formats.rs"]
+mod formats;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,6 +109,20 @@ fn main() {
         let text = std::fs::read_to_string(&trace).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         tensor_lifetime_test_support::trace_check::check_trace(&value).expect("a valid trace");
+    });
+    check("pprof_top_shows_the_leak_site_with_its_bytes", &|| {
+        formats::pprof_top_shows_the_leak_site_with_its_bytes(
+            dir.path(),
+            log("leaky_dataset"),
+            json("leaky_dataset"),
+        )
+    });
+    check("markdown_renders_tables_with_the_leak_linked", &|| {
+        formats::markdown_renders_tables_with_the_leak_linked(
+            log("leaky_dataset"),
+            log("clean_training"),
+            json("leaky_dataset"),
+        )
     });
     println!(
         "\ntest result: {}. {passed} passed; {failed} failed",

@@ -76,6 +76,7 @@ mod local;
 mod monitor;
 mod observe;
 mod post_mortem;
+mod profile;
 mod queries;
 mod registry;
 mod roles;

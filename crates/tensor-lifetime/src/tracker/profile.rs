@@ -1,0 +1,93 @@
+//! The live tensors as a pprof profile ([`crate::write_pprof`]): a read-only query of
+//! the records grouped by creation site, call path, role, device and holder (the holder
+//! chosen by the findings' rule, [`holders::holder`]; each storage's bytes counted once,
+//! for its oldest record), and the births per site from the judgement's catalog.
+
+use super::holders::{self, GraphInputs};
+use super::{roles, FastMap, Tracker};
+use std::collections::hash_map::Entry;
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tensor_lifetime_report::event::HolderSpec;
+use tensor_lifetime_report::pprof::{Allocated, LiveGroup, LiveProfile};
+
+impl Tracker {
+    /// The profile of what is live now (drains and sweeps first).
+    pub(crate) fn live_profile(&self) -> LiveProfile {
+        let (mut st, _) = self.settled();
+        st.sink.declare_call_paths();
+        let st = &*st;
+        let mut records: Vec<_> = st.registry.iter().collect();
+        records.sort_unstable_by_key(|r| r.id);
+        let graphs = holders::live_graphs(
+            &records,
+            GraphInputs {
+                made_from: &st.made_from,
+                registry: &st.registry,
+            },
+        );
+        let mut owner_site: FastMap<usize, u32> = FastMap::default();
+        // (site, path, role, device, holder) -> (bytes, tensors), in a stable order.
+        let mut groups: BTreeMap<(u32, u32, u8, String, HolderSpec), (u64, u64)> = BTreeMap::new();
+        for r in &records {
+            let (owns, owner) = match owner_site.entry(r.storage) {
+                Entry::Occupied(o) => (false, *o.get()),
+                Entry::Vacant(v) => (true, *v.insert(r.site)),
+            };
+            let graph = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
+            let holder = holders::holder(r.store, graph, (!owns).then_some(owner));
+            let key = (r.site, r.path, r.role, r.device.to_string(), holder);
+            let g = groups.entry(key).or_default();
+            g.0 += if owns { r.storage_bytes } else { 0 };
+            g.1 += 1;
+        }
+        let catalog = st.sink.catalog();
+        let mut live: Vec<LiveGroup> = groups
+            .into_iter()
+            .map(
+                |((site, path, role, device, holder), (bytes, tensors))| LiveGroup {
+                    site: st.sink.site_ref(site),
+                    call_path: st.sink.call_path(path),
+                    role: roles::role(role),
+                    device,
+                    holder: catalog.holder_ref(&holder, tensors).to_string(),
+                    bytes,
+                    tensors,
+                },
+            )
+            .collect();
+        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        // A site's call path: that of its first live record, if any.
+        let mut paths: FastMap<u32, u32> = FastMap::default();
+        for r in &records {
+            paths.entry(r.site).or_insert(r.path);
+        }
+        let mut births: Vec<_> = catalog.births_by_site().collect();
+        births.sort_unstable_by_key(|(site, _)| *site);
+        let allocated = births
+            .into_iter()
+            .map(|(site, b)| Allocated {
+                site: st.sink.site_ref(site),
+                call_path: paths
+                    .get(&site)
+                    .map(|p| st.sink.call_path(*p))
+                    .unwrap_or_default(),
+                bytes: b.bytes,
+                tensors: b.tensors,
+            })
+            .collect();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        LiveProfile {
+            live,
+            allocated,
+            time_unix_ns: now,
+            duration_ns: i64::try_from(self.now_ns()).unwrap_or(i64::MAX),
+            comments: vec![format!(
+                "tensor-lifetime: live tensors of process {} when write_pprof was called",
+                std::process::id()
+            )],
+        }
+    }
+}
