@@ -43,7 +43,7 @@ Examples:
   tensor-lifetime report run.jsonl --format json    # the same as JSON
   tensor-lifetime html run.jsonl -o report.html     # timeline, findings, sites
   tensor-lifetime trace run.jsonl -o trace.json     # open in ui.perfetto.dev
-  tensor-lifetime pprof run.jsonl -o live.pb.gz       # live tensors for go tool pprof
+  tensor-lifetime pprof run.jsonl -o live.pb.gz     # live tensors for go tool pprof
   tensor-lifetime diff base.jsonl new.jsonl --fail-on-increase
 
 Exit codes: 0 done, 1 `diff --fail-on-increase` found growth, 2 bad input or error.";
