@@ -15,20 +15,20 @@
 #![deny(unsafe_code)]
 
 mod input;
+mod output;
 mod pprof;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use input::{expand, judge, judge_ranks, load_report, scan, LogPath, Progress};
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use output::{create, write_output, wrote};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
 use tensor_lifetime_report::markdown::{self, Links};
 use tensor_lifetime_report::ranks::MergedReport;
 use tensor_lifetime_report::sarif::Annotated;
-use tensor_lifetime_report::size::format_bytes;
 use tensor_lifetime_report::size::group_digits as group;
 use tensor_lifetime_report::timeline::{TimelineBuilder, DEFAULT_MAX_POINTS};
 use tensor_lifetime_report::trace::TraceWriter;
@@ -183,27 +183,6 @@ enum Command {
     },
 }
 
-/// Opens the output (`-`: standard output) buffered.
-fn create(path: &Path) -> Result<Box<dyn Write>> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(BufWriter::new(io::stdout().lock())));
-    }
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    Ok(Box::new(BufWriter::with_capacity(256 * 1024, file)))
-}
-
-fn wrote(progress: &Progress, output: &Path, what: String) {
-    progress.finish();
-    if output.as_os_str() != "-" {
-        let size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
-        eprintln!(
-            "tensor-lifetime: wrote {} ({}) {what}",
-            output.display(),
-            format_bytes(size)
-        );
-    }
-}
-
 /// Runs a parsed command line; the exit code on success (1 when `diff --fail-on-increase`
 /// found growth, 0 otherwise).
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -355,11 +334,7 @@ fn html(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Result<()
             ..HtmlOptions::default()
         },
     );
-    let mut out = create(output)?;
-    out.write_all(page.as_bytes())
-        .and_then(|_| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
-    drop(out);
+    write_output(output, page.as_bytes())?;
     wrote(
         &progress,
         output,
@@ -426,11 +401,7 @@ fn html_ranks(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Res
             ..HtmlOptions::default()
         },
     );
-    let mut out = create(output)?;
-    out.write_all(page.as_bytes())
-        .and_then(|_| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
-    drop(out);
+    write_output(output, page.as_bytes())?;
     wrote(
         &progress,
         output,

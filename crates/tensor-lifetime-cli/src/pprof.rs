@@ -2,10 +2,9 @@
 //! gzipped pprof profile ([`tensor_lifetime_report::pprof`]).
 
 use crate::input::{scan, LogPath, Progress};
-use crate::{create, wrote};
-use anyhow::{bail, Context, Result};
+use crate::output::{write_output, wrote};
+use anyhow::{bail, Result};
 use clap::ValueEnum;
-use std::io::Write;
 use std::path::Path;
 use tensor_lifetime_report::pprof::{At, LiveReplay};
 use tensor_lifetime_report::size::format_bytes;
@@ -66,11 +65,7 @@ pub(crate) fn pprof(
         );
     }
     let profile = replay.profile(&what);
-    let mut out = create(output)?;
-    out.write_all(&profile.encode())
-        .and_then(|_| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
-    drop(out);
+    write_output(output, &profile.encode())?;
     wrote(
         &progress,
         output,

@@ -249,7 +249,7 @@ impl LiveReplay {
                 tensors,
             })
             .collect();
-        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
         let mut births: Vec<_> = catalog.births_by_site().collect();
         births.sort_unstable_by_key(|(site, _)| *site);
         let allocated = births

@@ -56,7 +56,7 @@ impl Tracker {
                 },
             )
             .collect();
-        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
         // A site's call path: that of its first live record, if any.
         let mut paths: FastMap<u32, u32> = FastMap::default();
         for r in &records {
