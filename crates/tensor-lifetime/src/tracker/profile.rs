@@ -11,6 +11,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tensor_lifetime_report::event::HolderSpec;
 use tensor_lifetime_report::pprof::{Allocated, LiveGroup, LiveProfile};
 
+/// A group's key: site, call path, role code, device, holder (bytes and tensors are
+/// summed per key, in a stable order).
+type Group = (u32, u32, u8, String, HolderSpec);
+
 impl Tracker {
     /// The profile of what is live now (drains and sweeps first).
     pub(crate) fn live_profile(&self) -> LiveProfile {
@@ -27,8 +31,7 @@ impl Tracker {
             },
         );
         let mut owner_site: FastMap<usize, u32> = FastMap::default();
-        // (site, path, role, device, holder) -> (bytes, tensors), in a stable order.
-        let mut groups: BTreeMap<(u32, u32, u8, String, HolderSpec), (u64, u64)> = BTreeMap::new();
+        let mut groups: BTreeMap<Group, (u64, u64)> = BTreeMap::new();
         for r in &records {
             let (owns, owner) = match owner_site.entry(r.storage) {
                 Entry::Occupied(o) => (false, *o.get()),
