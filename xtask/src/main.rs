@@ -9,8 +9,8 @@ mod cuda_toolkit;
 mod doc_commands;
 mod gpu_build;
 mod layers;
-mod sample_cost;
 mod log_cost;
+mod sample_cost;
 mod util;
 
 use anyhow::{bail, Result};

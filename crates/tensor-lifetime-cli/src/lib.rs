@@ -17,18 +17,20 @@
 #![deny(unsafe_code)]
 
 mod input;
+mod output;
+mod pprof;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use input::{expand, judge, judge_ranks, load_report, scan, LogPath, Progress};
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use output::{create, write_output, wrote};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
+use tensor_lifetime_report::markdown::{self, Links};
 use tensor_lifetime_report::ranks::MergedReport;
 use tensor_lifetime_report::sarif::Annotated;
-use tensor_lifetime_report::size::format_bytes;
 use tensor_lifetime_report::size::group_digits as group;
 use tensor_lifetime_report::timeline::{TimelineBuilder, DEFAULT_MAX_POINTS};
 use tensor_lifetime_report::trace::TraceWriter;
@@ -44,6 +46,7 @@ Examples:
   tensor-lifetime report run.jsonl --format json    # the same as JSON
   tensor-lifetime html run.jsonl -o report.html     # timeline, findings, sites
   tensor-lifetime trace run.jsonl -o trace.json     # open in ui.perfetto.dev
+  tensor-lifetime pprof run.jsonl -o live.pb.gz     # live tensors for go tool pprof
   tensor-lifetime diff base.jsonl new.jsonl --fail-on-increase
   tensor-lifetime cat run.tlog > run.jsonl          # a binary log as JSON lines
 
@@ -62,6 +65,8 @@ pub struct Cli {
 enum Format {
     Text,
     Json,
+    /// A Markdown table, the increases first (for `$GITHUB_STEP_SUMMARY` or a PR comment).
+    Markdown,
 }
 
 /// `report`'s formats: besides text and JSON, the two that CI systems read.
@@ -73,6 +78,10 @@ enum ReportFormat {
     Sarif,
     /// GitHub Actions workflow commands (`::error file=...::...`), one per finding.
     Github,
+    /// A Markdown table of the findings (for `$GITHUB_STEP_SUMMARY` or a PR comment);
+    /// sites link to their lines when GITHUB_SERVER_URL, GITHUB_REPOSITORY and
+    /// GITHUB_SHA are set.
+    Markdown,
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +92,7 @@ enum Command {
     #[command(after_help = "Examples:\n  tensor-lifetime report run.jsonl\n  \
                             tensor-lifetime report run.jsonl --format json > report.json\n  \
                             tensor-lifetime report logs/ --format sarif > tensor-lifetime.sarif\n  \
+                            tensor-lifetime report run.jsonl --format markdown >> \"$GITHUB_STEP_SUMMARY\"\n  \
                             tensor-lifetime report rank-0.jsonl rank-1.jsonl --format github")]
     Report {
         /// The event log (`-` for standard input), several logs, or a directory of logs
@@ -143,6 +153,31 @@ enum Command {
         /// The event log (`-` for standard input), in either format.
         log: PathBuf,
     },
+    /// Write the live tensors of a log as a pprof profile (gzipped protocol buffer).
+    ///
+    /// Sample types inuse_space and inuse_objects (the live tensors, each storage once;
+    /// the default) and alloc_space and alloc_objects (every tensor born until then);
+    /// one location per #[track]ed function of the call path, the creation site as the
+    /// leaf; labels role, device, holder, site and variable.
+    #[command(
+        after_help = "Examples:\n  tensor-lifetime pprof run.jsonl -o live.pb.gz\n  \
+                            tensor-lifetime pprof run.jsonl --at peak -o peak.pb.gz\n  \
+                            tensor-lifetime pprof run.jsonl --at-iteration 3 -o it3.pb.gz\n  \
+                            then: go tool pprof -top live.pb.gz, or go tool pprof -http=: live.pb.gz"
+    )]
+    Pprof {
+        /// The event log (`-` for standard input, except with `--at peak`).
+        log: PathBuf,
+        /// The profile to write (`-` for standard output).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The moment: the end of the log, or when the most bytes were live.
+        #[arg(long, value_enum, default_value_t = pprof::Moment::End)]
+        at: pprof::Moment,
+        /// The end of this iteration (from 0, as reports print it) of the outermost loop.
+        #[arg(long, value_name = "N", conflicts_with = "at")]
+        at_iteration: Option<u64>,
+    },
     /// Compare two runs per site: survivors and bytes before and after.
     ///
     /// A site grew when the new run keeps more survivors or bytes there; with
@@ -178,27 +213,6 @@ fn cat(log: &LogPath) -> Result<()> {
     Ok(())
 }
 
-/// Opens the output (`-`: standard output) buffered.
-fn create(path: &Path) -> Result<Box<dyn Write>> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(BufWriter::new(io::stdout().lock())));
-    }
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    Ok(Box::new(BufWriter::with_capacity(256 * 1024, file)))
-}
-
-fn wrote(progress: &Progress, output: &Path, what: String) {
-    progress.finish();
-    if output.as_os_str() != "-" {
-        let size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
-        eprintln!(
-            "tensor-lifetime: wrote {} ({}) {what}",
-            output.display(),
-            format_bytes(size)
-        );
-    }
-}
-
 /// Runs a parsed command line; the exit code on success (1 when `diff --fail-on-increase`
 /// found growth, 0 otherwise).
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -211,6 +225,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             max_points,
         } => html(&expand(&logs)?, &output, top, max_points)?,
         Command::Trace { logs, output } => trace(&expand(&logs)?, &output)?,
+        Command::Pprof {
+            log,
+            output,
+            at,
+            at_iteration,
+        } => pprof::pprof(&LogPath(log), &output, at, at_iteration)?,
         Command::Diff {
             base,
             new,
@@ -254,6 +274,7 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
         match format {
             ReportFormat::Text => write!(out, "{report}")?,
             ReportFormat::Json => writeln!(out, "{}", report.to_json())?,
+            ReportFormat::Markdown => write!(out, "{}", markdown::report(&report, &links()))?,
             ReportFormat::Sarif | ReportFormat::Github => {
                 let texts: Vec<String> = report.findings.iter().map(|f| f.to_string()).collect();
                 let annotated: Vec<Annotated> = report
@@ -271,6 +292,9 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
         match format {
             ReportFormat::Text => write!(out, "{merged}")?,
             ReportFormat::Json => writeln!(out, "{}", merged.to_json())?,
+            ReportFormat::Markdown => {
+                write!(out, "{}", markdown::report(&merged.combined(), &links()))?
+            }
             ReportFormat::Sarif | ReportFormat::Github => {
                 let texts: Vec<String> = merged
                     .findings
@@ -292,6 +316,16 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// Where Markdown links a site: the repository and commit GitHub Actions names, if set.
+fn links() -> Links {
+    let var = |name: &str| std::env::var(name).ok();
+    Links::github(
+        var("GITHUB_SERVER_URL").as_deref(),
+        var("GITHUB_REPOSITORY").as_deref(),
+        var("GITHUB_SHA").as_deref(),
+    )
 }
 
 fn write_ci(out: &mut impl Write, format: ReportFormat, annotated: &[Annotated]) -> Result<()> {
@@ -331,11 +365,7 @@ fn html(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Result<()
             ..HtmlOptions::default()
         },
     );
-    let mut out = create(output)?;
-    out.write_all(page.as_bytes())
-        .and_then(|_| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
-    drop(out);
+    write_output(output, page.as_bytes())?;
     wrote(
         &progress,
         output,
@@ -402,11 +432,7 @@ fn html_ranks(logs: &[LogPath], output: &Path, top: u16, max_points: u32) -> Res
             ..HtmlOptions::default()
         },
     );
-    let mut out = create(output)?;
-    out.write_all(page.as_bytes())
-        .and_then(|_| out.flush())
-        .with_context(|| format!("cannot write {}", output.display()))?;
-    drop(out);
+    write_output(output, page.as_bytes())?;
     wrote(
         &progress,
         output,
@@ -531,6 +557,7 @@ fn diff(base: &LogPath, new: &LogPath, fail_on_increase: bool, format: Format) -
     match format {
         Format::Text => write!(out, "{diff}")?,
         Format::Json => writeln!(out, "{}", diff.to_json())?,
+        Format::Markdown => write!(out, "{}", markdown::diff(&diff, &links()))?,
     }
     out.flush()?;
     if fail_on_increase && diff.grew() {

@@ -14,7 +14,7 @@ fn help_names_every_command_with_examples() {
     let out = logs.run(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
     assert_snapshot!(String::from_utf8_lossy(&out.stdout));
-    for command in ["report", "html", "trace", "diff", "cat"] {
+    for command in ["report", "html", "trace", "pprof", "diff", "cat"] {
         let out = logs.run(&[command, "--help"]);
         assert_eq!(out.status.code(), Some(0), "{command} --help");
         assert!(
@@ -229,4 +229,58 @@ fn trace_is_valid_chrome_trace_event_json() {
     }
     let out = logs.run(&["trace", "-", "-o", "t.json"]);
     assert_eq!(out.status.code(), Some(2), "trace reads the log twice");
+}
+
+#[test]
+fn pprof_writes_a_gzipped_profile_and_names_what_it_cannot_do() {
+    let logs = Logs::new();
+    for args in [
+        &["pprof", "leaky.jsonl", "-o", "end.pb.gz"][..],
+        &["pprof", "leaky.jsonl", "--at", "peak", "-o", "peak.pb.gz"],
+        &[
+            "pprof",
+            "leaky.jsonl",
+            "--at-iteration",
+            "1",
+            "-o",
+            "it1.pb.gz",
+        ],
+    ] {
+        let out = logs.run(args);
+        assert_eq!(out.status.code(), Some(0), "{}", transcript(&out));
+        let bytes = logs.read(args[args.len() - 1]);
+        assert_eq!(bytes[..2], [0x1f, 0x8b], "gzip magic");
+    }
+    let out = logs.run(&[
+        "pprof",
+        "leaky.jsonl",
+        "--at-iteration",
+        "99",
+        "-o",
+        "x.pb.gz",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("leaky.jsonl: no outermost loop ended an iteration 99"),
+        "{err}"
+    );
+    let out = logs.run(&["pprof", "-", "--at", "peak", "-o", "x.pb.gz"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("give a file, not `-`"),
+        "{}",
+        transcript(&out)
+    );
+    let out = logs.run(&[
+        "pprof",
+        "leaky.jsonl",
+        "--at",
+        "peak",
+        "--at-iteration",
+        "1",
+        "-o",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", transcript(&out));
 }

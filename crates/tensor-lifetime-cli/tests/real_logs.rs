@@ -16,6 +16,11 @@
 //!   even which of them are reused, the process's resident memory): those fields are
 //!   compared by presence, everything else exactly. (The unit tests of `event::binary`
 //!   check that every field, these included, reads back exactly.)
+//! - `pprof` and `--format markdown` read by the tools users read them with
+//!   (`real_logs/formats.rs`).
+
+#[path = "real_logs/formats.rs"]
+mod formats;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -162,6 +167,20 @@ fn main() {
             }
         },
     );
+    check("pprof_top_shows_the_leak_site_with_its_bytes", &|| {
+        formats::pprof_top_shows_the_leak_site_with_its_bytes(
+            dir.path(),
+            log("leaky_dataset"),
+            json("leaky_dataset"),
+        )
+    });
+    check("markdown_renders_tables_with_the_leak_linked", &|| {
+        formats::markdown_renders_tables_with_the_leak_linked(
+            log("leaky_dataset"),
+            log("clean_training"),
+            json("leaky_dataset"),
+        )
+    });
     println!(
         "\ntest result: {}. {passed} passed; {failed} failed",
         if failed == 0 { "ok" } else { "FAILED" }

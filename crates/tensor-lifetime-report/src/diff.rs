@@ -79,6 +79,36 @@ impl SiteDiff {
     pub fn location(&self) -> String {
         crate::model::location(&self.file, self.line)
     }
+
+    /// The change in a word: `LEAK+` (grew into a leak), `GREW`, `GONE`, `shrank`, `same`.
+    pub fn tag(&self) -> &'static str {
+        match self.change {
+            Change::Grew if self.new.as_ref().is_some_and(|n| n.leak) => "LEAK+",
+            Change::Grew => "GREW",
+            Change::Shrank if self.new.is_none() => "GONE",
+            Change::Shrank => "shrank",
+            Change::Same => "same",
+        }
+    }
+
+    /// The finding's kind, `base -> new` when it changed (`-`: none in that run).
+    pub fn kinds(&self) -> String {
+        if kind_name(&self.base) == kind_name(&self.new) {
+            kind_name(&self.new)
+        } else {
+            format!("{} -> {}", kind_name(&self.base), kind_name(&self.new))
+        }
+    }
+
+    /// Survivors in the base run and the new one (0 where the site has no finding).
+    pub fn survivors_before_after(&self) -> (u64, u64) {
+        (Self::survivors(&self.base), Self::survivors(&self.new))
+    }
+
+    /// Bytes in the base run and the new one (0 where the site has no finding).
+    pub fn bytes_before_after(&self) -> (u64, u64) {
+        (Self::bytes(&self.base), Self::bytes(&self.new))
+    }
 }
 
 /// Totals of one run, for the summary line.
@@ -249,22 +279,12 @@ impl fmt::Display for Diff {
             .sites
             .iter()
             .map(|s| {
-                let tag = match s.change {
-                    Change::Grew if s.new.as_ref().is_some_and(|n| n.leak) => "LEAK+",
-                    Change::Grew => "GREW",
-                    Change::Shrank if s.new.is_none() => "GONE",
-                    Change::Shrank => "shrank",
-                    Change::Same => "same",
-                };
+                let tag = s.tag();
                 let moved = match (&s.base, &s.new) {
                     (Some(b), Some(n)) if b.line != n.line => format!(" (was line {})", b.line),
                     _ => String::new(),
                 };
-                let kinds = if kind_name(&s.base) == kind_name(&s.new) {
-                    kind_name(&s.new)
-                } else {
-                    format!("{} -> {}", kind_name(&s.base), kind_name(&s.new))
-                };
+                let kinds = s.kinds();
                 [
                     tag.to_string(),
                     format!("{} `{}`{moved}", s.location(), s.label),

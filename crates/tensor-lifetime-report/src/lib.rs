@@ -27,7 +27,9 @@
 //! - The renderers: [`html`] (the self-contained HTML report), [`trace`] (a Chrome
 //!   Trace Event file for ui.perfetto.dev and chrome://tracing), [`diff`] (a per-site
 //!   comparison of two reports, a CI guard against new leaks), [`sarif`] and [`github`]
-//!   (findings as SARIF 2.1.0 and as GitHub Actions annotations).
+//!   (findings as SARIF 2.1.0 and as GitHub Actions annotations), [`markdown`] (a report
+//!   or a diff as a Markdown table for CI summaries), [`pprof`] (the live tensors as a
+//!   pprof profile, from the tracker or replayed from a log).
 //!
 //! The renderers take events through the same [`event::EventReader`] and the judgement
 //! through the same [`Analysis`]; none of them judges leaks itself.
@@ -41,7 +43,9 @@ pub mod event;
 pub mod fast_hash;
 pub mod github;
 pub mod html;
+pub mod markdown;
 pub mod model;
+pub mod pprof;
 pub mod report;
 pub mod sarif;
 pub mod size;

@@ -284,7 +284,7 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 
 impl Finding {
     /// The tag that starts the finding's text: `LEAK` for every leak, else its kind.
-    fn tag(&self) -> &'static str {
+    pub fn tag(&self) -> &'static str {
         if self.is_leak() {
             return "LEAK";
         }

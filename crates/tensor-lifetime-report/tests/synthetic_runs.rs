@@ -247,3 +247,53 @@ mod diff {
         assert_eq!(m.change, Change::Same);
     }
 }
+
+/// The live tensors of a log replayed to a moment (`pprof::LiveReplay`): the leaking
+/// cache is the largest group, with the leak finding's bytes at the end; an earlier
+/// iteration holds less of it; the peak is where the most bytes were live.
+mod pprof_replay {
+    use super::*;
+    use tensor_lifetime_report::pprof::{At, LiveReplay};
+
+    fn replay(cfg: &SynthLoop, at: At) -> LiveReplay {
+        let mut r = LiveReplay::new(at);
+        synth::generate(cfg, |e| r.apply(&e));
+        r
+    }
+
+    #[test]
+    fn the_leak_is_the_largest_group_with_its_bytes_at_the_end() {
+        let cfg = SynthLoop::leaky(4, 6);
+        let report = report(&cfg);
+        let leak = report.leaks().next().expect("the synthetic cache leaks");
+        let end = replay(&cfg, At::End);
+        let profile = end.profile("at the end");
+        let top = &profile.live[0];
+        assert_eq!(top.site, leak.site);
+        assert_eq!(top.bytes, leak.bytes, "{profile:#?}");
+        assert_eq!(top.tensors, leak.survivors);
+        assert_eq!(top.role, leak.role.unwrap_or_default());
+        assert!(top.holder.starts_with("stored into"), "{}", top.holder);
+        assert_eq!(profile.live_bytes(), end.live_bytes());
+        // Every tensor born is allocated, the dead ones too.
+        let born: u64 = profile.allocated.iter().map(|a| a.tensors).sum();
+        assert!(born > top.tensors, "{born}");
+
+        let early = replay(&cfg, At::Iteration(1)).profile("iteration 1");
+        let early_top = early.live.iter().find(|g| g.site == leak.site).unwrap();
+        assert!(early_top.bytes < top.bytes, "{early_top:?}");
+        assert!(early_top.bytes > 0);
+
+        let (peak, after) = end.peak_event();
+        assert!(peak >= end.live_bytes());
+        let at_peak = replay(&cfg, At::Event(after));
+        assert!(at_peak.reached());
+        assert_eq!(at_peak.live_bytes(), peak);
+    }
+
+    #[test]
+    fn an_iteration_no_loop_reached_is_not_reached() {
+        let r = replay(&SynthLoop::leaky(2, 3), At::Iteration(50));
+        assert!(!r.reached());
+    }
+}

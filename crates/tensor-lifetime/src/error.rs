@@ -17,6 +17,11 @@ pub enum Error {
     Cuda(String),
     /// A candle operation failed.
     Candle(candle_core::Error),
+    /// A file could not be written (`path`: which one).
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl fmt::Display for Error {
@@ -33,6 +38,7 @@ impl fmt::Display for Error {
             ),
             Error::Cuda(msg) => write!(f, "CUDA driver call failed: {msg}"),
             Error::Candle(e) => write!(f, "candle: {e}"),
+            Error::Io { path, source } => write!(f, "cannot write {}: {source}", path.display()),
         }
     }
 }
@@ -41,6 +47,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Candle(e) => Some(e),
+            Error::Io { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -72,6 +72,8 @@
 //!   [`empty_cache`], [`set_release_threshold`]) and the periodic memory monitor.
 
 #![deny(unsafe_code)]
+// docs.rs (`--cfg docsrs`, a nightly rustdoc) marks each item with the features it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The selected candle-core, named `candle_core` in the whole crate (an `extern crate` at
 // the root joins the extern prelude). 0.11 is the dependency named `candle-core` itself.
@@ -157,6 +159,33 @@ pub fn post_mortem() -> PostMortem {
         Some(t) => t.post_mortem("requested"),
         None => PostMortem::default(),
     }
+}
+
+/// What is live now as a pprof profile: bytes and tensors by creation site (the leaf of
+/// each stack, under the `#[track]`ed functions that created them), role, device and
+/// holder, and the tensors born per site over the run
+/// ([`report_model::pprof`](tensor_lifetime_report::pprof) says what is in it).
+/// An empty profile when tracking is off.
+pub fn pprof_profile() -> report_model::pprof::LiveProfile {
+    match tracker::active() {
+        Some(t) => t.live_profile(),
+        None => report_model::pprof::LiveProfile::default(),
+    }
+}
+
+/// Writes [`pprof_profile`] to `path` as the gzipped protocol buffer that
+/// `go tool pprof -top <path>` (or `-http=:`), Grafana Pyroscope and speedscope read.
+///
+/// ```no_run
+/// tensor_lifetime::write_pprof("live.pb.gz")?;
+/// # Ok::<(), tensor_lifetime::Error>(())
+/// ```
+pub fn write_pprof(path: impl AsRef<std::path::Path>) -> Result<()> {
+    let path = path.as_ref();
+    std::fs::write(path, pprof_profile().encode()).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Gives the tensors in `value` the role `role` (see [`Role`]): an optimizer's state kept

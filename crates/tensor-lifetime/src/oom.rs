@@ -13,6 +13,12 @@
 //! `anyhow::Error` is made from the candle error by a `?`, which saw it first). The first
 //! one in the process writes the post-mortem ([`crate::post_mortem`]) to stderr, the
 //! event log and the JSON report.
+//!
+//! The post-mortem's reason is the error's message on one line ([`message`]): a
+//! backtrace candle captured (`Error::bt()`, `WithBacktrace`) is left out of it. It is
+//! printed after the post-mortem only where the user asked for backtraces
+//! (`RUST_BACKTRACE` or `RUST_LIB_BACKTRACE` set and not `0`) and it has symbols: a
+//! release build without debug information captures frames that all read `<unknown>`.
 
 // why: an error whose type id is candle's `Error` is read as one.
 #![allow(unsafe_code)]
@@ -63,9 +69,49 @@ fn returned_error<E>(e: &E) {
         return;
     };
     if crate::tracker::oom_seen() {
-        let pm = t.post_mortem(&format!("out of memory: {e}"));
+        let pm = t.post_mortem(&format!("out of memory: {}", message(e)));
         t.write_post_mortem(&pm);
+        if let Some(bt) = backtrace(e).filter(|bt| worth_printing(bt, backtraces_asked())) {
+            eprintln!("tensor-lifetime: backtrace of the out-of-memory error:\n{bt}");
+        }
     }
+}
+
+/// The error's message on one line, without the backtraces it carries: a context
+/// before what it wraps (`allocating: CUDA_ERROR_OUT_OF_MEMORY`).
+fn message(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => message(inner),
+        candle_core::Error::Context { inner, context } => format!("{context}: {}", message(inner)),
+        other => other.to_string().replace('\n', " "),
+    }
+}
+
+/// The outermost backtrace the error carries, as text.
+fn backtrace(e: &candle_core::Error) -> Option<String> {
+    match e {
+        candle_core::Error::WithBacktrace { backtrace, .. } => Some(backtrace.to_string()),
+        candle_core::Error::Context { inner, .. } => backtrace(inner),
+        _ => None,
+    }
+}
+
+/// Whether the user asked for backtraces, as the standard library reads it.
+fn backtraces_asked() -> bool {
+    ["RUST_LIB_BACKTRACE", "RUST_BACKTRACE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .is_some_and(|v| v != "0")
+}
+
+/// A backtrace is printed when asked for and when a frame names a function (frames
+/// read `N: <unknown>` without symbols).
+fn worth_printing(backtrace: &str, asked: bool) -> bool {
+    asked && backtrace.lines().any(|l| {
+        let frame = l.trim_start();
+        let name = frame.split_once(": ").map(|(n, rest)| (n, rest.trim()));
+        matches!(name, Some((n, f)) if n.bytes().all(|b| b.is_ascii_digit()) && f != "<unknown>")
+    })
 }
 
 /// candle's CUDA out-of-memory error, under any context or backtrace.
@@ -105,6 +151,44 @@ mod tests {
         )));
         assert!(says_oom("CUDA_ERROR_OUT_OF_MEMORY"));
         assert!(!says_oom("shape mismatch"));
+    }
+
+    #[test]
+    fn the_reason_is_the_message_without_the_captured_backtrace() {
+        let oom = candle_core::Error::Cuda(Box::new(Driver));
+        // What `Error::bt()` makes when backtraces are on, whatever the environment.
+        let bt = std::backtrace::Backtrace::force_capture();
+        let text = bt.to_string();
+        let e = candle_core::Error::WithBacktrace {
+            inner: Box::new(oom),
+            backtrace: Box::new(bt),
+        };
+        assert!(
+            e.to_string().contains(&text),
+            "candle's Display prints the backtrace"
+        );
+        assert!(is_candle_oom(&e));
+        assert_eq!(
+            message(&e),
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"
+        );
+        let e = e.context("allocating the batch");
+        assert_eq!(
+            message(&e),
+            "allocating the batch: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")"
+        );
+        assert_eq!(backtrace(&e).as_deref(), Some(text.as_str()));
+        assert_eq!(backtrace(&candle_core::Error::Msg("x".into())), None);
+    }
+
+    #[test]
+    fn a_backtrace_is_printed_only_when_asked_for_and_symbolized() {
+        // The H200's release build: every frame unknown.
+        let unknown = "   0: <unknown>\n   1: <unknown>\n   2: <unknown>\n";
+        let symbols = "   0: candle_core::error::Error::bt\n             at ./src/error.rs:260:25\n   1: <unknown>\n";
+        assert!(!worth_printing(unknown, true));
+        assert!(worth_printing(symbols, true));
+        assert!(!worth_printing(symbols, false));
     }
 
     #[test]

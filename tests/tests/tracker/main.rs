@@ -13,4 +13,5 @@ pub mod concurrent_tagging;
 pub mod handoff;
 pub mod long_run;
 pub mod memory;
+pub mod pprof;
 pub mod refcounts;

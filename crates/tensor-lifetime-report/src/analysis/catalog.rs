@@ -4,7 +4,7 @@
 //! the memory findings and the tracker (its post-mortem, its site totals) read it.
 
 use crate::fast_hash::{HashMap, SiteMap};
-use crate::model::{SiteInfo, SiteRef};
+use crate::model::{HolderKind, HolderRef, HolderSpec, SiteInfo, SiteRef};
 use crate::roles::CallFrame;
 
 /// Sites, call paths and births per site, by id (read-only outside the analysis).
@@ -13,8 +13,16 @@ pub struct Catalog {
     sites: HashMap<u32, SiteInfo>,
     /// Call paths by id ([`crate::Event::CallPath`]).
     call_paths: HashMap<u32, Vec<CallFrame>>,
-    /// Tensors born per site.
-    born: SiteMap<u64>,
+    /// Tensors born per site, and their bytes.
+    born: SiteMap<Births>,
+}
+
+/// The tensors born at one site so far: how many, and their own bytes (a view's, not
+/// its storage's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Births {
+    pub tensors: u64,
+    pub bytes: u64,
 }
 
 impl Catalog {
@@ -42,9 +50,32 @@ impl Catalog {
         self.call_paths.get(&id).map_or(&[], |v| v.as_slice())
     }
 
+    /// The holder as reports show it, its site named: `count` survivors held by `h`.
+    pub fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
+        let (kind, site) = match h {
+            HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
+            HolderSpec::Graph { site } => (HolderKind::Graph, Some(*site)),
+            HolderSpec::View { site } => (HolderKind::View, Some(*site)),
+            HolderSpec::Unknown => (HolderKind::Unknown, None),
+        };
+        let site = site.map(|s| self.site_ref(s));
+        HolderRef {
+            kind,
+            file: site.as_ref().map(|s| s.file.clone()),
+            line: site.as_ref().map(|s| s.line),
+            label: site.map(|s| s.label),
+            count,
+        }
+    }
+
     /// Tensors born at `site` so far.
     pub fn births(&self, site: u32) -> u64 {
-        self.born.get(site).copied().unwrap_or(0)
+        self.born.get(site).map_or(0, |b| b.tensors)
+    }
+
+    /// Every site that bore a tensor, with its births (in no particular order).
+    pub fn births_by_site(&self) -> impl Iterator<Item = (u32, Births)> + '_ {
+        self.born.iter().map(|(site, b)| (site, *b))
     }
 
     /// Sites that bore a tensor.
@@ -61,7 +92,9 @@ impl Catalog {
     }
 
     #[inline]
-    pub(super) fn born(&mut self, site: u32) {
-        *self.born.get_or_default(site) += 1;
+    pub(super) fn born(&mut self, site: u32, bytes: u64) {
+        let b = self.born.get_or_default(site);
+        b.tensors += 1;
+        b.bytes = b.bytes.saturating_add(bytes);
     }
 }

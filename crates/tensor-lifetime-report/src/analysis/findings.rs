@@ -4,7 +4,7 @@
 
 use super::catalog::Catalog;
 use super::verdict::{classify, Bound, Verdict};
-use crate::model::{HolderKind, HolderRef, HolderSpec, SiteKind, SiteNote, SiteRef, SiteSweep};
+use crate::model::{HolderRef, HolderSpec, SiteKind, SiteNote, SiteRef, SiteSweep};
 use crate::report::{Finding, FindingKind};
 use std::collections::BTreeMap;
 
@@ -133,20 +133,7 @@ impl Assembly<'_> {
     }
 
     fn holder_ref(&self, h: &HolderSpec, count: u64) -> HolderRef {
-        let (kind, site) = match h {
-            HolderSpec::Store { site } => (HolderKind::Store, Some(*site)),
-            HolderSpec::Graph { site } => (HolderKind::Graph, Some(*site)),
-            HolderSpec::View { site } => (HolderKind::View, Some(*site)),
-            HolderSpec::Unknown => (HolderKind::Unknown, None),
-        };
-        let site = site.map(|s| self.catalog.site_ref(s));
-        HolderRef {
-            kind,
-            file: site.as_ref().map(|s| s.file.clone()),
-            line: site.as_ref().map(|s| s.line),
-            label: site.map(|s| s.label),
-            count,
-        }
+        self.catalog.holder_ref(h, count)
     }
 
     fn finding(

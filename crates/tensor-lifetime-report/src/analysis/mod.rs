@@ -99,7 +99,7 @@ pub mod ranks;
 mod series;
 mod verdict;
 
-pub use catalog::Catalog;
+pub use catalog::{Births, Catalog};
 pub use input::{Input, Roles};
 pub use judgement::Judgement;
 pub use series::Series;
@@ -191,10 +191,15 @@ impl Analysis {
                 let frames = &mut self.frames;
                 frames.start(frame, site, name, parent, session, warmup, window, note);
             }
-            // Its bytes go to the memory findings (above); live bytes come from sweeps,
-            // which count each storage once.
-            Input::Born { site, dropped, .. } => {
-                self.catalog.born(site);
+            // Its bytes go to the memory findings (above) and the births per site; live
+            // bytes come from sweeps, which count each storage once.
+            Input::Born {
+                site,
+                bytes,
+                dropped,
+                ..
+            } => {
+                self.catalog.born(site, bytes);
                 if !dropped {
                     // Saturating: `live_tensors` comes from the log's sweeps, which a
                     // corrupt log may set to anything.

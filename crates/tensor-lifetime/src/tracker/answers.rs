@@ -4,9 +4,10 @@
 
 use super::sink::write_json;
 use super::sweep::{SweepResult, Walk};
-use super::{post_mortem, queries, LiveTensor, SiteTotals, State, Tracker};
+use super::{post_mortem, profile, queries, LiveTensor, SiteTotals, State, Tracker};
 use crate::device::DeviceId;
 use tensor_lifetime_report::event::{Event, MemorySample};
+use tensor_lifetime_report::pprof::LiveProfile;
 use tensor_lifetime_report::{PostMortem, Report};
 
 impl Tracker {
@@ -96,6 +97,14 @@ impl Tracker {
 
     /// Writes the post-mortem everywhere the tracker writes (stderr, the event log, the
     /// JSON report).
+    /// What is live now as a pprof profile (drains and sweeps first).
+    pub(crate) fn live_profile(&self) -> LiveProfile {
+        let (mut st, _) = self.settled();
+        st.parts.sink.declare_call_paths();
+        let p = &st.parts;
+        profile::live_profile(&p.registry, &p.made_from, &p.sink, self.now_ns())
+    }
+
     pub(crate) fn write_post_mortem(&self, pm: &PostMortem) {
         eprint!("{pm}");
         let t_ns = self.now_ns();

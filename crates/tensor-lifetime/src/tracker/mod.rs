@@ -77,6 +77,7 @@ mod loops;
 mod monitor;
 mod post_mortem;
 mod probe;
+mod profile;
 mod queries;
 mod registry;
 mod roles;

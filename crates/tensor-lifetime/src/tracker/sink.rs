@@ -9,6 +9,7 @@ use crate::config::{Config, ReportMode};
 use crate::site::Site;
 use std::fs::File;
 use std::time::Instant;
+use tensor_lifetime_report::analysis::Catalog;
 use tensor_lifetime_report::event::{Event, EventWriter, LogFormat, SiteSweep};
 use tensor_lifetime_report::report::SiteRef;
 use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
@@ -247,6 +248,11 @@ impl Sink {
     /// Tensors born at `site` so far.
     pub(super) fn births(&self, site: u32) -> u64 {
         self.analysis.births(site)
+    }
+
+    /// What the judgement declared: sites, call paths, births per site, holders named.
+    pub(super) fn catalog(&self) -> &Catalog {
+        self.analysis.catalog()
     }
 
     /// Site `id` as reports name it.

@@ -92,6 +92,11 @@ pub(super) fn site_info(c: &mut Cursor<'_>) -> Result<SiteInfo, String> {
         2 => Some(SiteNote::Fills { holder: c.str()? }),
         n => return Err(format!("a site note {n}")),
     };
+    let count = c.count(1)?;
+    let mut from = Vec::with_capacity(count);
+    for _ in 0..count {
+        from.push(c.str()?);
+    }
     Ok(SiteInfo {
         file,
         line,
@@ -100,6 +105,7 @@ pub(super) fn site_info(c: &mut Cursor<'_>) -> Result<SiteInfo, String> {
         label,
         kind,
         note,
+        from,
     })
 }
 

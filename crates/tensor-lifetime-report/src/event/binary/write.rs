@@ -559,6 +559,10 @@ fn site_info(buf: &mut Vec<u8>, info: &SiteInfo) {
             put_str(buf, holder);
         }
     }
+    put(buf, info.from.len() as u64);
+    for local in &info.from {
+        put_str(buf, local);
+    }
 }
 
 fn site_sweep(buf: &mut Vec<u8>, s: &SiteSweep) {

@@ -1,0 +1,101 @@
+//! The live tensors as a pprof profile ([`crate::write_pprof`]): a read-only query of
+//! the records grouped by creation site, call path, role, device and holder (the holder
+//! chosen by the findings' rule, [`holders::holder`]; each storage's bytes counted once,
+//! for its oldest record), and the births per site from the judgement's catalog.
+
+use super::inputs::MadeFrom;
+use super::keep::FastMap;
+use super::registry::Registry;
+use super::roles;
+use super::sink::Sink;
+use super::sweep::{self, GraphInputs};
+use std::collections::hash_map::Entry;
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tensor_lifetime_report::event::HolderSpec;
+use tensor_lifetime_report::pprof::{Allocated, LiveGroup, LiveProfile};
+
+/// A group's key: site, call path, role code, device, holder (bytes and tensors are
+/// summed per key, in a stable order).
+type Group = (u32, u32, u8, String, HolderSpec);
+
+/// The profile of the records of `registry` (sites and call paths named by `sink`, whose
+/// call paths are declared); `duration_ns`: the tracker's clock now.
+pub(super) fn live_profile(
+    registry: &Registry,
+    made_from: &MadeFrom,
+    sink: &Sink,
+    duration_ns: u64,
+) -> LiveProfile {
+    let mut records: Vec<_> = registry.iter().collect();
+    records.sort_unstable_by_key(|r| r.id);
+    let graphs = sweep::live_graphs(
+        &records,
+        GraphInputs {
+            made_from,
+            registry,
+        },
+    );
+    let mut owner_site: FastMap<usize, u32> = FastMap::default();
+    let mut groups: BTreeMap<Group, (u64, u64)> = BTreeMap::new();
+    for r in &records {
+        let (owns, owner) = match owner_site.entry(r.storage) {
+            Entry::Occupied(o) => (false, *o.get()),
+            Entry::Vacant(v) => (true, *v.insert(r.site)),
+        };
+        let graph = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
+        let holder = sweep::holder(r.store, graph, (!owns).then_some(owner));
+        let key = (r.site, r.path, r.role, r.device.to_string(), holder);
+        let g = groups.entry(key).or_default();
+        g.0 += if owns { r.storage_bytes } else { 0 };
+        g.1 += 1;
+    }
+    let catalog = sink.catalog();
+    let mut live: Vec<LiveGroup> = groups
+        .into_iter()
+        .map(
+            |((site, path, role, device, holder), (bytes, tensors))| LiveGroup {
+                site: sink.site_ref(site),
+                call_path: sink.call_path(path),
+                role: roles::role(role),
+                device,
+                holder: catalog.holder_ref(&holder, tensors).to_string(),
+                bytes,
+                tensors,
+            },
+        )
+        .collect();
+    live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
+    // A site's call path: that of its first live record, if any.
+    let mut paths: FastMap<u32, u32> = FastMap::default();
+    for r in &records {
+        paths.entry(r.site).or_insert(r.path);
+    }
+    let mut births: Vec<_> = catalog.births_by_site().collect();
+    births.sort_unstable_by_key(|(site, _)| *site);
+    let allocated = births
+        .into_iter()
+        .map(|(site, b)| Allocated {
+            site: sink.site_ref(site),
+            call_path: paths
+                .get(&site)
+                .map(|p| sink.call_path(*p))
+                .unwrap_or_default(),
+            bytes: b.bytes,
+            tensors: b.tensors,
+        })
+        .collect();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    LiveProfile {
+        live,
+        allocated,
+        time_unix_ns: now,
+        duration_ns: i64::try_from(duration_ns).unwrap_or(i64::MAX),
+        comments: vec![format!(
+            "tensor-lifetime: live tensors of process {} when write_pprof was called",
+            std::process::id()
+        )],
+    }
+}
