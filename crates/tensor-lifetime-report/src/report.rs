@@ -1,7 +1,7 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::model::MemorySample;
+use crate::model::{Forecast, MemorySample};
 pub use crate::model::{HolderKind, HolderRef, SiteRef};
 use crate::post_mortem::PostMortem;
 use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
@@ -136,6 +136,10 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_call_paths: Vec<Vec<CallFrame>>,
     pub hint: String,
+    /// A leak's forecast: when its growth uses up the device's free memory (in process,
+    /// once the tracker has read the device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 impl Finding {
@@ -165,6 +169,7 @@ impl Finding {
             call_path: Vec::new(),
             other_call_paths: Vec::new(),
             hint: kind.hint().to_string(),
+            forecast: None,
         }
     }
 
@@ -215,6 +220,9 @@ pub struct Report {
     /// What was live when a tracked function returned an out-of-memory error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_mortem: Option<Box<PostMortem>>,
+    /// When the leaks of the loop with the largest one use up the device's free memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 impl Report {
@@ -392,6 +400,9 @@ impl fmt::Display for Finding {
             writeln!(f, "{pad}the graph also holds: {}", held.join(", "))?;
         }
         self.fmt_origin(f, &pad)?;
+        if let Some(forecast) = &self.forecast {
+            writeln!(f, "{pad}runs out: {forecast}")?;
+        }
         writeln!(f, "{pad}hint: {}", self.hint)
     }
 }
@@ -411,6 +422,9 @@ impl fmt::Display for Report {
         )?;
         if !self.memory_by_role.is_empty() {
             writeln!(f, "memory {}", self.memory_by_role)?;
+        }
+        if let Some(forecast) = &self.forecast {
+            writeln!(f, "runs out: {forecast}")?;
         }
         for finding in &self.findings {
             write!(f, "{finding}")?;

@@ -199,6 +199,7 @@ impl Assembly<'_> {
                     kind.hint()
                 ),
             },
+            forecast: None,
         }
     }
 }

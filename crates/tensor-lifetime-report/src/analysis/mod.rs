@@ -68,7 +68,7 @@
 //!   and kept every epoch is a leak.
 
 use crate::event::Event;
-use crate::model::{MemorySample, SiteInfo, SiteSweep};
+use crate::model::{DeviceRoom, MemorySample, SiteInfo, SiteSweep};
 use crate::post_mortem::PostMortem;
 use crate::report::{LoopSummary, Report};
 use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
@@ -76,6 +76,7 @@ use std::collections::BTreeMap;
 
 mod catalog;
 mod findings;
+pub mod forecast;
 mod frames;
 pub mod growth;
 mod input;
@@ -111,6 +112,8 @@ pub struct Analysis {
     memory_by_role: RoleHistory,
     /// The latest post-mortem ([`Event::PostMortem`]).
     post_mortem: Option<Box<PostMortem>>,
+    /// What the device has left and the pace, for the leaks' forecasts.
+    outlook: Option<forecast::Outlook>,
 }
 
 impl Analysis {
@@ -264,6 +267,15 @@ impl Analysis {
         self.step(Input::Dropped);
     }
 
+    /// What `room`'s device has left now, and the seconds per iteration of open loop frame
+    /// `frame` lately (`pace`): every report's leaks get a forecast from them
+    /// ([`forecast::forecast`]).
+    pub fn note_room(&mut self, room: DeviceRoom, pace: Option<(u64, f64)>) {
+        let pace =
+            pace.and_then(|(frame, seconds)| Some((self.frames.name(frame)?.to_string(), seconds)));
+        self.outlook = Some(forecast::Outlook { room, pace });
+    }
+
     /// The iterations of open loop frame `frame` that have ended (the index of the one
     /// running now), or `None` when no such frame is open.
     pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
@@ -316,7 +328,7 @@ impl Analysis {
                 ..l.clone()
             })
             .collect();
-        Report {
+        let mut report = Report {
             findings,
             loops,
             live_tensors: self.live_tensors,
@@ -326,6 +338,11 @@ impl Analysis {
             memory: self.memory.clone(),
             memory_by_role: self.memory_by_role(),
             post_mortem: self.post_mortem.clone(),
+            forecast: None,
+        };
+        if let Some(outlook) = &self.outlook {
+            forecast::attach(&mut report, outlook);
         }
+        report
     }
 }

@@ -439,6 +439,7 @@ impl MergedReport {
             memory: BTreeMap::new(),
             memory_by_role: crate::roles::MemoryByRole::default(),
             post_mortem: None,
+            forecast: None,
         }
     }
 
@@ -539,6 +540,7 @@ mod tests {
             memory: BTreeMap::new(),
             memory_by_role: crate::roles::MemoryByRole::default(),
             post_mortem: None,
+            forecast: None,
         };
         c.finish(format!("rank-{rank}.jsonl"), report)
     }
