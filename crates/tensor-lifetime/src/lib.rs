@@ -37,6 +37,7 @@
 //! | `TENSOR_LIFETIME_JSON` | path | the latest report as JSON, rewritten at each report |
 //! | `TENSOR_LIFETIME_LOG` | path | the JSON-lines event log (`docs/event-log.md`), flushed at each iteration end |
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | iterations, `0`/`off` | the memory monitor's period ([`set_memory_monitor`]) |
+//! | `TENSOR_LIFETIME_MEMORY_LIMIT` | a size (`2GiB`) | the memory the forecast of running out takes for every device, instead of the cgroup limit or `MemAvailable` (CPU) and the driver's free memory (CUDA) |
 //!
 //! # Features
 //!

@@ -276,6 +276,14 @@ impl Analysis {
         self.outlook = Some(forecast::Outlook { room, pace });
     }
 
+    /// Puts the forecasts of the latest [`Analysis::note_room`] on `report`'s leaks and on
+    /// the report (every report of this analysis has them already).
+    pub fn attach_forecasts(&self, report: &mut Report) {
+        if let Some(outlook) = &self.outlook {
+            forecast::attach(report, outlook);
+        }
+    }
+
     /// The iterations of open loop frame `frame` that have ended (the index of the one
     /// running now), or `None` when no such frame is open.
     pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
@@ -340,9 +348,7 @@ impl Analysis {
             post_mortem: self.post_mortem.clone(),
             forecast: None,
         };
-        if let Some(outlook) = &self.outlook {
-            forecast::attach(&mut report, outlook);
-        }
+        self.attach_forecasts(&mut report);
         report
     }
 }

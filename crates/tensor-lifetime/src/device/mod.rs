@@ -1,12 +1,16 @@
 //! Devices: one name for each ([`DeviceId`], as records keep it in two bytes and as
 //! reports, events and memory statistics spell it: `cpu`, `cuda:0`, `metal:0`), and what
 //! a device itself says of its memory ([`Counters`]: the CUDA pool and driver, or the
-//! process's resident memory on the CPU). The memory API ([`crate::memory`]) and the
+//! process's resident memory on the CPU), and what it has left for the forecast of running
+//! out ([`room`]). The memory API ([`crate::memory`]) and the
 //! tracker's memory monitor both read devices here.
 
 // The CUDA calls, or their twin with the same signatures that says the feature is off.
 #[cfg_attr(not(feature = "cuda"), path = "no_cuda.rs")]
 pub(crate) mod cuda;
+mod room;
+
+pub(crate) use room::room;
 
 use crate::error::Result;
 use candle_core::{Device, DeviceLocation};

@@ -73,8 +73,10 @@ mod holders;
 mod ingest;
 mod inputs;
 mod local;
+mod metrics;
 mod monitor;
 mod observe;
+mod outlook;
 mod post_mortem;
 mod queries;
 mod registry;
@@ -331,9 +333,14 @@ impl State {
 
     /// The automatic report at an iteration end or the end of outermost loop `frame`.
     fn auto_report(&mut self, config: &Config, frame: u64, iterations: u64, loop_end: bool) {
-        let State { sink, frames, .. } = self;
+        let State {
+            sink,
+            frames,
+            devices,
+            ..
+        } = self;
         if let Some(fs) = frames.get_mut(&frame) {
-            sink.auto_report(config, fs, iterations, loop_end);
+            sink.auto_report(config, (frame, fs), devices, iterations, loop_end);
         }
     }
 }

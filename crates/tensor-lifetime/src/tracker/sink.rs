@@ -6,7 +6,9 @@
 //! judgement (reports, births, sites, call paths) are here too.
 
 use super::frames::FrameState;
+use super::outlook::Outlook;
 use super::sweep::SweepResult;
+use super::tally::Devices;
 use crate::config::{Config, ReportMode};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -27,6 +29,8 @@ pub(super) struct Sink {
     log_flushed_ns: u64,
     /// Call paths declared to the analysis (and the log) so far: ids `1..=declared`.
     declared_paths: u32,
+    /// The pace of the outermost loop and the device's room, for the forecasts.
+    outlook: Outlook,
 }
 
 /// What an automatic report printed of a finding: a new report is printed when this list
@@ -48,6 +52,7 @@ impl Sink {
             log_error: false,
             log_flushed_ns: 0,
             declared_paths: 0,
+            outlook: Outlook::default(),
         }
     }
 
@@ -244,16 +249,22 @@ impl Sink {
         self.analysis.call_path(id).to_vec()
     }
 
-    /// Prints / writes the report at the end of an outermost iteration of `frame` (when
-    /// the findings changed) and at the end of an outermost loop (`loop_end`).
+    /// Prints / writes the report at the end of an outermost iteration of `frame` (id
+    /// `frame_id`; when the findings changed) and at the end of an outermost loop
+    /// (`loop_end`), with the forecasts from `devices`; sets the metrics.
     pub(super) fn auto_report(
-        &self,
+        &mut self,
         config: &Config,
-        frame: &mut FrameState,
+        (frame_id, frame): (u64, &mut FrameState),
+        devices: &Devices,
         iterations: u64,
         loop_end: bool,
     ) {
-        let report = self.analysis.report();
+        let mut report = self.analysis.report();
+        let limit = config.memory_limit;
+        let at = (frame_id, loop_end);
+        (self.outlook).update(&mut self.analysis, &mut report, at, devices, limit);
+        super::metrics::publish(&report, devices, loop_end);
         let printed: Vec<PrintedFinding> = report
             .findings
             .iter()
