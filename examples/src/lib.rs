@@ -14,6 +14,8 @@
 //! - [`cuda_training`]: a larger MLP on the GPU in clean, leaky and untracked modes, and
 //!   the memory statistics (pool rounding, `empty_cache`, release threshold).
 //! - [`cuda_oom`]: a leaky loop run until the GPU is out of memory, and its post-mortem.
+//! - [`prometheus`]: a training loop, clean or leaky, whose metrics the example binary
+//!   serves to Prometheus.
 
 pub mod bench;
 pub mod clean_training;
@@ -24,4 +26,5 @@ pub mod heap;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod multi_rank;
+pub mod prometheus;
 pub mod view_retention;

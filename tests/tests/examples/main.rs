@@ -8,6 +8,7 @@ pub mod clean_training;
 pub mod cuda_oom;
 pub mod cuda_training_clean;
 pub mod cuda_training_leaky;
+pub mod forecast;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod view_retention;
