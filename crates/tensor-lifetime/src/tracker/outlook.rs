@@ -19,10 +19,10 @@ pub(super) struct Outlook {
 }
 
 impl Outlook {
-    /// At the automatic report of outermost loop `frame` (an iteration end, or its end
-    /// when `loop_end`): counts the iteration end, and when `report` has a leak reads the
-    /// room of the device with the most tracked bytes in `devices` (`limit`: set by hand),
-    /// notes it to `analysis` and puts the forecasts on `report`.
+    /// At the automatic report of an iteration end of outermost loop `frame`: counts the
+    /// iteration end, and when `report` has a leak reads the room of the device with the
+    /// most tracked bytes in `devices` (`limit`: set by hand), notes it to `analysis` and
+    /// puts the forecasts on `report`. At the loop's end (`loop_end`) nothing changes.
     pub(super) fn update(
         &mut self,
         analysis: &mut Analysis,
@@ -31,16 +31,18 @@ impl Outlook {
         devices: &Devices,
         limit: Option<u64>,
     ) {
-        if !loop_end {
-            if self.frame != frame {
-                self.frame = frame;
-                self.ends.clear();
-            }
-            if self.ends.len() == PACE_OVER {
-                self.ends.pop_front();
-            }
-            self.ends.push_back(Instant::now());
+        if loop_end {
+            // The loop's pace ended with it: the forecast stays as at its last iteration.
+            return;
         }
+        if self.frame != frame {
+            self.frame = frame;
+            self.ends.clear();
+        }
+        if self.ends.len() == PACE_OVER {
+            self.ends.pop_front();
+        }
+        self.ends.push_back(Instant::now());
         if !report.has_leaks() {
             return;
         }
