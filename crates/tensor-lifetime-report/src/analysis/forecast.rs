@@ -1,8 +1,9 @@
 //! The forecast of running out: at a growing finding's measured growth, how many
 //! iterations (and, at the pace of the last iterations, how long) until the device's
 //! free memory is used up. The tracker notes what the device has left and the pace of
-//! its outermost loop ([`Outlook`]); every leak of a report gets its [`Forecast`], and
-//! the report gets the forecast of its largest leak's loop, whose leaks' growths add up.
+//! its outermost loop ([`Analysis::note_room`](super::Analysis::note_room)); every leak
+//! of a report gets its [`Forecast`], and the report gets the forecast of its largest
+//! leak's loop, whose leaks' growths add up.
 
 use crate::model::{DeviceRoom, Forecast};
 use crate::report::Report;
