@@ -133,18 +133,13 @@ impl Counters {
 /// Resident memory of this process, from `/proc/self/status` (Linux only).
 fn process_resident() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vm_rss(&status)
+    kib_field(&status, "VmRSS:")
 }
 
-fn parse_vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmRSS:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+/// The bytes of a `/proc` file's line `key  1234 kB` (`VmRSS:`, `MemAvailable:`).
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(key))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib * 1024)
 }
 
@@ -155,8 +150,8 @@ mod tests {
     #[test]
     fn reads_vm_rss() {
         let status = "Name:\tx\nVmPeak:\t  200 kB\nVmRSS:\t    1234 kB\nThreads: 1\n";
-        assert_eq!(parse_vm_rss(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_rss("Name: x\n"), None);
+        assert_eq!(kib_field(status, "VmRSS:"), Some(1234 * 1024));
+        assert_eq!(kib_field("Name: x\n", "VmRSS:"), None);
     }
 
     #[cfg(not(feature = "cuda"))]

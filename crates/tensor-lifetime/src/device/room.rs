@@ -50,7 +50,7 @@ fn cpu_free(limit: Option<u64>) -> Option<(u64, &'static str)> {
     let cgroup = cgroup_free(|path| std::fs::read_to_string(path).ok());
     let available = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| mem_available(&m));
+        .and_then(|m| super::kib_field(&m, "MemAvailable:"));
     match (cgroup, available) {
         (Some(c), Some(a)) if a < c => Some((a, "MemAvailable")),
         (Some(c), _) => Some((c, "cgroup")),
@@ -77,19 +77,6 @@ fn cgroup_free(read: impl Fn(&str) -> Option<String>) -> Option<u64> {
         let usage: u64 = read(usage)?.trim().parse().ok()?;
         Some(limit.saturating_sub(usage))
     })
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line
-        .trim_start_matches("MemAvailable:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
 }
 
 #[cfg(test)]
@@ -140,7 +127,10 @@ mod tests {
     #[test]
     fn mem_available_in_bytes() {
         let m = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
-        assert_eq!(mem_available(m), Some(8_000_000 * 1024));
+        assert_eq!(
+            super::super::kib_field(m, "MemAvailable:"),
+            Some(8_000_000 * 1024)
+        );
     }
 
     #[test]
