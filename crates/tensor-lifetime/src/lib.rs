@@ -52,6 +52,10 @@
 //!   "candle-0-9"]`. A build that selects none, several, or another minor than your
 //!   crate's candle-core fails with the line to write (`docs/candle-versions.md`).
 //! - `cuda`: the selected candle's CUDA backend and GPU memory statistics.
+//! - `metrics`: the tracker's figures (live bytes by device and role, leaks, the largest
+//!   leak's growth, the forecast of running out, the CUDA pool) set on the `metrics`
+//!   facade at each outermost iteration end, for any recorder the program installs
+//!   (`metrics-exporter-prometheus`; `docs/metrics.md`).
 //!
 //! # Modules
 //!
@@ -60,7 +64,8 @@
 //! - [`site`](mod@site): static source locations ([`Site`], [`site!`]).
 //! - `weak` (private): weak handles to candle tensors, the audited layout assumption.
 //! - `compat` (private): what depends on candle-core's version.
-//! - `device` (private): device names and what a device says of its memory.
+//! - `device` (private): device names, what a device says of its memory and what it has
+//!   left (the forecast of running out).
 //! - `tracker` (private): the registry, loop frames and sweeps (`docs/architecture.md`).
 //! - [`scope`]: loop scopes and iterations as RAII guards.
 //! - `probe` (private): tagging values of any type (reached through [`tag!`],
