@@ -18,6 +18,8 @@
 //!   cache for every request (`growing_tensor`). CPU or `--device cuda`.
 //! - [`server`]: the same decoder served from a tokio task (`in_task`), a cache per
 //!   request; `--leak` keeps every answer's logits. CPU or `--device cuda`.
+//! - [`prometheus`]: a training loop, clean or leaky, whose metrics the example binary
+//!   serves to Prometheus.
 
 pub mod bench;
 pub mod clean_training;
@@ -29,5 +31,6 @@ pub mod heap;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod multi_rank;
+pub mod prometheus;
 pub mod server;
 pub mod view_retention;

@@ -98,8 +98,13 @@ fn main() {
                 let out = cli(&["report", s(log(name)), "--format", "json"]);
                 assert_eq!(out.status.code(), Some(0));
                 let from_log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                let in_process: serde_json::Value =
+                let mut in_process: serde_json::Value =
                     serde_json::from_str(&std::fs::read_to_string(json(name)).unwrap()).unwrap();
+                // The forecast of running out is made in the process, which reads the
+                // device; a log has none (docs/metrics.md).
+                for f in in_process["findings"].as_array_mut().unwrap() {
+                    f.as_object_mut().unwrap().remove("forecast");
+                }
                 assert_eq!(from_log["findings"], in_process["findings"], "{name}");
                 assert!(
                     !in_process["findings"].as_array().unwrap().is_empty(),

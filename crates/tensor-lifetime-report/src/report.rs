@@ -1,7 +1,7 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::model::MemorySample;
+use crate::model::{Forecast, MemorySample};
 pub use crate::model::{HolderKind, HolderRef, SiteRef};
 use crate::post_mortem::PostMortem;
 use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
@@ -149,6 +149,10 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows: Option<SiteRef>,
     pub hint: String,
+    /// A leak's forecast: when its growth uses up the device's free memory (in process,
+    /// once the tracker has read the device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 impl Finding {
@@ -179,6 +183,7 @@ impl Finding {
             other_call_paths: Vec::new(),
             follows: None,
             hint: kind.hint().to_string(),
+            forecast: None,
         }
     }
 
@@ -236,6 +241,9 @@ pub struct Report {
     /// The sampled mode's mean interval in bytes between samples (with `estimated`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_interval: Option<u64>,
+    /// When the leaks of the loop with the largest one use up the device's free memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<Forecast>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -436,6 +444,9 @@ impl fmt::Display for Finding {
             writeln!(f, "{pad}the graph also holds: {}", held.join(", "))?;
         }
         self.fmt_origin(f, &pad)?;
+        if let Some(forecast) = &self.forecast {
+            writeln!(f, "{pad}runs out: {forecast}")?;
+        }
         writeln!(f, "{pad}hint: {}", self.hint)
     }
 }
@@ -460,6 +471,9 @@ impl fmt::Display for Report {
         }
         if !self.memory_by_role.is_empty() {
             writeln!(f, "memory {}", self.memory_by_role)?;
+        }
+        if let Some(forecast) = &self.forecast {
+            writeln!(f, "runs out: {forecast}")?;
         }
         for finding in shown() {
             write!(f, "{finding}")?;

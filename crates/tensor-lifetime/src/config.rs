@@ -10,6 +10,7 @@
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | a number of iterations, `0`/`off` (default) | the memory monitor's period |
 //! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default) or a byte interval (`512KiB`, `2MiB`) | records a sample of the tensors, each of `s` bytes with probability `1 - exp(-s / interval)`; every figure from the samples is an estimate (`crate::sample`) |
 //! | `TENSOR_LIFETIME_SAMPLE_SEED` | a number (default 0) | which tensors a sampled run records (one seed, one sample) |
+//! | `TENSOR_LIFETIME_MEMORY_LIMIT` | a size (`2GiB`, `512 MiB`) | the memory the forecast of running out takes for every device (less what the device uses now), instead of the cgroup's limit or `MemAvailable` on the CPU and the driver's free memory on CUDA: a limit to test the forecast with |
 //! | `TENSOR_LIFETIME_EXACT_MAX` | a number of live records (default 16) | above it, inner iteration ends walk what changed plus a bounded slice (`tracker::sweep`); set low to test that mode on small programs |
 //!
 //! This module is the only reader of the environment. A value that is not understood is reported once on stderr, naming the variable and the
@@ -49,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) sample: Sampling,
     /// `TENSOR_LIFETIME_SAMPLE_SEED`, when set.
     pub(crate) sample_seed: Option<u64>,
+    /// The memory limit the forecast takes instead of the device's (bytes).
+    pub(crate) memory_limit: Option<u64>,
     pub(crate) rank: Rank,
 }
 
@@ -103,6 +106,7 @@ impl Config {
             exact_max: exact_max(get("TENSOR_LIFETIME_EXACT_MAX").as_deref()),
             sample: sample(get("TENSOR_LIFETIME_SAMPLE").as_deref()),
             sample_seed: number64(&get, "TENSOR_LIFETIME_SAMPLE_SEED"),
+            memory_limit: memory_limit(get("TENSOR_LIFETIME_MEMORY_LIMIT").as_deref()),
             rank,
         }
     }
@@ -185,6 +189,20 @@ fn memory_every(value: Option<&str>) -> u64 {
     }
 }
 
+fn memory_limit(value: Option<&str>) -> Option<u64> {
+    let v = value.map(str::trim).filter(|v| !v.is_empty())?;
+    tensor_lifetime_report::size::parse_size(v)
+        .map_err(|e| {
+            warn_env(
+                "TENSOR_LIFETIME_MEMORY_LIMIT",
+                v,
+                &format!("a size such as 2GiB or 512 MiB ({e})"),
+                "the device's own limit is used",
+            )
+        })
+        .ok()
+}
+
 fn warn_env(var: &str, value: &str, accepted: &str, fallback: &str) {
     eprintln!(
         "tensor-lifetime: {var}={value:?} is not understood (accepted: {accepted}); {fallback}"
@@ -223,6 +241,15 @@ mod tests {
         assert_eq!(c.json.unwrap(), PathBuf::from("r.json"));
         assert_eq!(c.log.unwrap(), PathBuf::from("e.jsonl"));
         assert_eq!(c.memory_every, 100);
+    }
+
+    #[test]
+    fn memory_limit_is_a_size() {
+        assert_eq!(cfg(&[]).memory_limit, None);
+        let c = cfg(&[("TENSOR_LIFETIME_MEMORY_LIMIT", " 2GiB ")]);
+        assert_eq!(c.memory_limit, Some(2 << 30));
+        let c = cfg(&[("TENSOR_LIFETIME_MEMORY_LIMIT", "lots")]);
+        assert_eq!(c.memory_limit, None);
     }
 
     #[test]

@@ -39,6 +39,7 @@
 //! | `TENSOR_LIFETIME_MEMORY_EVERY` | iterations, `0`/`off` | the memory monitor's period ([`set_memory_monitor`]) |
 //! | `TENSOR_LIFETIME_SAMPLE` | `exact` (default), a byte interval (`512KiB`) | record a sample of the tensors; reports say their figures are estimates ([`set_sampling`], [`sample`]) |
 //! | `TENSOR_LIFETIME_SAMPLE_SEED` | a number | which tensors a sampled run records ([`set_sample_seed`]) |
+//! | `TENSOR_LIFETIME_MEMORY_LIMIT` | a size (`2GiB`) | the memory the forecast of running out takes for every device, instead of the cgroup limit or `MemAvailable` (CPU) and the driver's free memory (CUDA) |
 //!
 //! # Features
 //!
@@ -53,6 +54,10 @@
 //!   "candle-0-9"]`. A build that selects none, several, or another minor than your
 //!   crate's candle-core fails with the line to write (`docs/candle-versions.md`).
 //! - `cuda`: the selected candle's CUDA backend and GPU memory statistics.
+//! - `metrics`: the tracker's figures (live bytes by device and role, leaks, the largest
+//!   leak's growth, the forecast of running out, the CUDA pool) set on the `metrics`
+//!   facade at each outermost iteration end, for any recorder the program installs
+//!   (`metrics-exporter-prometheus`; `docs/metrics.md`).
 //!
 //! # Modules
 //!
@@ -61,7 +66,8 @@
 //! - [`site`](mod@site): static source locations ([`Site`], [`site!`]).
 //! - `weak` (private): weak handles to candle tensors, the audited layout assumption.
 //! - `compat` (private): what depends on candle-core's version.
-//! - `device` (private): device names and what a device says of its memory.
+//! - `device` (private): device names, what a device says of its memory and what it has
+//!   left (the forecast of running out).
 //! - `tracker` (private): the registry, loop frames and sweeps (`docs/architecture.md`).
 //! - [`scope`]: loop scopes and iterations as RAII guards.
 //! - `probe` (private): tagging values of any type (reached through [`tag!`],

@@ -9,6 +9,7 @@ pub mod cuda_oom;
 pub mod cuda_training_clean;
 pub mod cuda_training_leaky;
 pub mod decoding;
+pub mod forecast;
 pub mod leaky_dataset;
 pub mod loss_accumulation;
 pub mod server;

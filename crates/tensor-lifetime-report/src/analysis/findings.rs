@@ -204,6 +204,7 @@ impl Assembly<'_> {
                     kind.hint()
                 ),
             },
+            forecast: None,
         }
     }
 }

@@ -83,6 +83,11 @@ impl Frames {
         self.open.get(&frame).map(|f| f.iterations)
     }
 
+    /// The name of open frame `frame`'s loop, as findings name it.
+    pub(super) fn name(&self, frame: u64) -> Option<&str> {
+        self.open.get(&frame).map(|f| f.name.as_str())
+    }
+
     /// Every loop's summary, by loop site.
     pub(super) fn loops(&self) -> &BTreeMap<u32, LoopSummary> {
         &self.loops

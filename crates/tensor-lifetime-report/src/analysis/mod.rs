@@ -82,7 +82,7 @@
 //!   and kept every epoch is a leak.
 
 use crate::event::Event;
-use crate::model::{MemorySample, SiteInfo, SiteSweep};
+use crate::model::{DeviceRoom, MemorySample, SiteInfo, SiteSweep};
 use crate::post_mortem::PostMortem;
 use crate::report::{LoopSummary, Report};
 use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
@@ -90,6 +90,7 @@ use std::collections::BTreeMap;
 
 mod catalog;
 mod findings;
+pub mod forecast;
 mod frames;
 pub mod growth;
 mod input;
@@ -128,6 +129,8 @@ pub struct Analysis {
     /// The sampled mode's interval, when the figures of loops outside leak-test sessions
     /// are estimates ([`Analysis::set_sample_interval`]).
     sample_interval: Option<u64>,
+    /// What the device has left and the pace, for the leaks' forecasts.
+    outlook: Option<forecast::Outlook>,
 }
 
 impl Analysis {
@@ -293,6 +296,23 @@ impl Analysis {
         self.step(Input::Dropped);
     }
 
+    /// What `room`'s device has left now, and the seconds per iteration of open loop frame
+    /// `frame` lately (`pace`): every report's leaks get a forecast from them
+    /// ([`forecast::forecast`]).
+    pub fn note_room(&mut self, room: DeviceRoom, pace: Option<(u64, f64)>) {
+        let pace =
+            pace.and_then(|(frame, seconds)| Some((self.frames.name(frame)?.to_string(), seconds)));
+        self.outlook = Some(forecast::Outlook { room, pace });
+    }
+
+    /// Puts the forecasts of the latest [`Analysis::note_room`] on `report`'s leaks and on
+    /// the report (every report of this analysis has them already).
+    pub fn attach_forecasts(&self, report: &mut Report) {
+        if let Some(outlook) = &self.outlook {
+            forecast::attach(report, outlook);
+        }
+    }
+
     /// The iterations of open loop frame `frame` that have ended (the index of the one
     /// running now), or `None` when no such frame is open.
     pub fn iterations_ended(&self, frame: u64) -> Option<u64> {
@@ -345,7 +365,7 @@ impl Analysis {
                 ..l.clone()
             })
             .collect();
-        Report {
+        let mut report = Report {
             findings,
             loops,
             live_tensors: self.live_tensors,
@@ -358,6 +378,9 @@ impl Analysis {
             // A session's loops are exact (leak tests never sample).
             estimated: session.is_none() && self.sample_interval.is_some(),
             sample_interval: self.sample_interval.filter(|_| session.is_none()),
-        }
+            forecast: None,
+        };
+        self.attach_forecasts(&mut report);
+        report
     }
 }

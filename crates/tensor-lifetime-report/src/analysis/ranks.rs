@@ -441,6 +441,7 @@ impl MergedReport {
             post_mortem: None,
             estimated: false,
             sample_interval: None,
+            forecast: None,
         }
     }
 
@@ -543,6 +544,7 @@ mod tests {
             post_mortem: None,
             estimated: false,
             sample_interval: None,
+            forecast: None,
         };
         c.finish(format!("rank-{rank}.jsonl"), report)
     }

@@ -1,6 +1,6 @@
 //! The plain data every layer above shares: sites, holders, an iteration end's sweep of
 //! one site, memory samples, a tensor's own size, roles and call paths, and the
-//! post-mortem.
+//! post-mortem, what a device has left and the forecast of running out.
 //!
 //! Nothing here reads events or judges: the events (`event`) carry these values, the
 //! analysis reads them and the report shows them. Each type's JSON shape is fixed here
@@ -8,6 +8,7 @@
 
 mod dtype;
 mod fields;
+mod forecast;
 mod holder;
 pub mod post_mortem;
 pub mod roles;
@@ -15,6 +16,7 @@ mod site;
 mod sweep;
 
 pub use dtype::own_bytes;
+pub use forecast::{DeviceRoom, Forecast};
 pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
 pub use sweep::{MemorySample, SiteSweep};

@@ -1,12 +1,16 @@
 //! Devices: one name for each ([`DeviceId`], as records keep it in two bytes and as
 //! reports, events and memory statistics spell it: `cpu`, `cuda:0`, `metal:0`), and what
 //! a device itself says of its memory ([`Counters`]: the CUDA pool and driver, or the
-//! process's resident memory on the CPU). The memory API ([`crate::memory`]) and the
+//! process's resident memory on the CPU), and what it has left for the forecast of running
+//! out ([`room`]). The memory API ([`crate::memory`]) and the
 //! tracker's memory monitor both read devices here.
 
 // The CUDA calls, or their twin with the same signatures that says the feature is off.
 #[cfg_attr(not(feature = "cuda"), path = "no_cuda.rs")]
 pub(crate) mod cuda;
+mod room;
+
+pub(crate) use room::room;
 
 use crate::error::Result;
 use candle_core::{Device, DeviceLocation};
@@ -129,18 +133,13 @@ impl Counters {
 /// Resident memory of this process, from `/proc/self/status` (Linux only).
 fn process_resident() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vm_rss(&status)
+    kib_field(&status, "VmRSS:")
 }
 
-fn parse_vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmRSS:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
+/// The bytes of a `/proc` file's line `key  1234 kB` (`VmRSS:`, `MemAvailable:`).
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(key))?;
+    let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib * 1024)
 }
 
@@ -151,8 +150,8 @@ mod tests {
     #[test]
     fn reads_vm_rss() {
         let status = "Name:\tx\nVmPeak:\t  200 kB\nVmRSS:\t    1234 kB\nThreads: 1\n";
-        assert_eq!(parse_vm_rss(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_rss("Name: x\n"), None);
+        assert_eq!(kib_field(status, "VmRSS:"), Some(1234 * 1024));
+        assert_eq!(kib_field("Name: x\n", "VmRSS:"), None);
     }
 
     #[cfg(not(feature = "cuda"))]

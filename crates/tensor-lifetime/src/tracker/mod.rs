@@ -74,7 +74,9 @@ mod frames;
 mod inputs;
 mod keep;
 mod loops;
+mod metrics;
 mod monitor;
+mod outlook;
 mod post_mortem;
 mod probe;
 mod profile;
@@ -327,12 +329,18 @@ impl State {
 
     /// The automatic report at an iteration end or the end of outermost loop `frame`.
     fn auto_report(&mut self, config: &Config, frame: u64, iterations: u64, loop_end: bool) {
-        let Parts { sink, frames, .. } = &mut self.parts;
+        let Parts {
+            sink,
+            frames,
+            devices,
+            ..
+        } = &mut self.parts;
         if let Some(fs) = frames.get_mut(&frame) {
             sink.auto_report(
                 config,
-                (fs.site, fs.started),
+                (frame, fs.site, fs.started),
                 &mut fs.printed,
+                devices,
                 iterations,
                 loop_end,
             );

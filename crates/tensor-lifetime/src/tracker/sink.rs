@@ -5,6 +5,8 @@
 //! automatic reports (stderr, `TENSOR_LIFETIME_JSON`, `tracing`) and the reads of the
 //! judgement (reports, births, sites, call paths) are here too.
 
+use super::outlook::Outlook;
+use super::tally::Devices;
 use crate::config::{Config, ReportMode};
 use crate::site::Site;
 use std::fs::File;
@@ -30,6 +32,8 @@ pub(super) struct Sink {
     log_flushed_ns: u64,
     /// Call paths declared to the analysis (and the log) so far: ids `1..=declared`.
     declared_paths: u32,
+    /// The pace of the outermost loop and the device's room, for the forecasts.
+    outlook: Outlook,
 }
 
 /// What an automatic report printed of a finding: a new report is printed when this list
@@ -51,6 +55,7 @@ impl Sink {
             log_error: false,
             log_flushed_ns: 0,
             declared_paths: 0,
+            outlook: Outlook::default(),
         }
     }
 
@@ -268,18 +273,24 @@ impl Sink {
         self.analysis.call_path(id).to_vec()
     }
 
-    /// Prints / writes the report at the end of an outermost iteration of the loop at
-    /// `site` (started at `started`) when the findings changed since `printed` (what it
-    /// printed last, updated here), and at the end of an outermost loop (`loop_end`).
+    /// Prints / writes the report at the end of an outermost iteration of the loop frame
+    /// `frame_id` at `site` (started at `started`) when the findings changed since
+    /// `printed_last` (what it printed last, updated here), and at the end of an outermost
+    /// loop (`loop_end`), with the forecasts from `devices`; sets the metrics.
     pub(super) fn auto_report(
-        &self,
+        &mut self,
         config: &Config,
-        (site, started): (&'static Site, Instant),
+        (frame_id, site, started): (u64, &'static Site, Instant),
         printed_last: &mut Vec<PrintedFinding>,
+        devices: &Devices,
         iterations: u64,
         loop_end: bool,
     ) {
-        let report = self.analysis.report();
+        let mut report = self.analysis.report();
+        let limit = config.memory_limit;
+        let at = (frame_id, loop_end);
+        (self.outlook).update(&mut self.analysis, &mut report, at, devices, limit);
+        super::metrics::publish(&report, devices, loop_end);
         let printed: Vec<PrintedFinding> = report
             .findings
             .iter()
