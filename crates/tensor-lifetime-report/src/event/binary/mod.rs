@@ -18,6 +18,7 @@
 //! keep the same running state (`Running`) record for record.
 
 mod cursor;
+mod encode;
 mod read;
 mod write;
 

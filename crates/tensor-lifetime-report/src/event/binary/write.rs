@@ -4,10 +4,12 @@
 
 use super::MINOR_VERSION;
 use super::{born, tag, zigzag_delta, Running, FILE_HEADER_LEN, MAGIC, MAJOR_VERSION};
-use crate::event::{Event, HolderSpec, SiteInfo, SiteNote, SiteSweep};
-use crate::roles::{CallFrame, RoleBytes};
+use crate::event::Event;
+use crate::roles::CallFrame;
 use std::collections::HashMap;
 use std::io::{self, Write};
+
+use super::encode::{optionals, put, put_str, role_bytes, site_info, site_sweep};
 
 /// Buffered bytes that make the writer hand them to its output.
 const FLUSH_AT: usize = 1 << 16;
@@ -503,108 +505,5 @@ impl<'a> Frame<'a> {
         self.buf
             .copy_within(self.start + 1..end, self.start + 1 + extra);
         self.buf[self.start..self.start + prefix.len()].copy_from_slice(&prefix);
-    }
-}
-
-/// `v` as an unsigned LEB128 varint: 7 bits a byte, low bits first, the high bit set on
-/// every byte but the last.
-#[inline]
-pub(crate) fn put(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-/// A string in place: its length in bytes (a varint), then its UTF-8 bytes.
-fn put_str(buf: &mut Vec<u8>, s: &str) {
-    put(buf, s.len() as u64);
-    buf.extend_from_slice(s.as_bytes());
-}
-
-/// Optional values: a byte whose bit `i` says value `i` is present, then the present ones.
-fn optionals(buf: &mut Vec<u8>, values: &[Option<u64>]) {
-    let flags = values
-        .iter()
-        .enumerate()
-        .fold(0u8, |f, (i, v)| f | u8::from(v.is_some()) << i);
-    buf.push(flags);
-    for v in values.iter().flatten() {
-        put(buf, *v);
-    }
-}
-
-fn site_info(buf: &mut Vec<u8>, info: &SiteInfo) {
-    put_str(buf, &info.file);
-    put(buf, u64::from(info.line));
-    put(buf, u64::from(info.column));
-    put_str(buf, &info.function);
-    put_str(buf, &info.label);
-    buf.push(
-        super::SITE_KINDS
-            .iter()
-            .position(|k| *k == info.kind)
-            .expect("a kind") as u8,
-    );
-    match &info.note {
-        None => buf.push(0),
-        Some(SiteNote::Evicted { line, call }) => {
-            buf.push(1);
-            put(buf, u64::from(*line));
-            put_str(buf, call);
-        }
-        Some(SiteNote::Fills { holder }) => {
-            buf.push(2);
-            put_str(buf, holder);
-        }
-    }
-    put(buf, info.from.len() as u64);
-    for local in &info.from {
-        put_str(buf, local);
-    }
-}
-
-fn site_sweep(buf: &mut Vec<u8>, s: &SiteSweep) {
-    put(buf, u64::from(s.site));
-    for v in [
-        s.survivors,
-        s.bytes,
-        s.iterations,
-        s.first_iteration,
-        s.last_iteration,
-        s.refcount,
-        s.graph_tensors,
-        s.graph_bytes,
-        s.view_bytes,
-        s.view_storage_bytes,
-    ] {
-        put(buf, v);
-    }
-    buf.push(s.role.map_or(0, |r| r.index() as u8 + 1));
-    put(buf, s.holders.len() as u64);
-    for h in &s.holders {
-        let (kind, site) = match h.holder {
-            HolderSpec::Store { site } => (0, Some(site)),
-            HolderSpec::Graph { site } => (1, Some(site)),
-            HolderSpec::View { site } => (2, Some(site)),
-            HolderSpec::Unknown => (3, None),
-        };
-        buf.push(kind);
-        if let Some(site) = site {
-            put(buf, u64::from(site));
-        }
-        put(buf, h.count);
-    }
-    put(buf, s.call_paths.len() as u64);
-    for p in &s.call_paths {
-        put(buf, u64::from(*p));
-    }
-}
-
-fn role_bytes(buf: &mut Vec<u8>, r: &RoleBytes) {
-    buf.push(r.role.index() as u8);
-    for v in [r.bytes, r.tensors, r.temporary_bytes, r.temporary_tensors] {
-        put(buf, v);
     }
 }
