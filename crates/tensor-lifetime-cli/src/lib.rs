@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use input::{expand, judge, judge_ranks, load_report, scan, LogPath, Progress};
 use output::{create, write_output, wrote};
-use std::io::{self, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
