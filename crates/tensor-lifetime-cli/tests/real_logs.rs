@@ -98,13 +98,7 @@ fn main() {
                 let out = cli(&["report", s(log(name)), "--format", "json"]);
                 assert_eq!(out.status.code(), Some(0));
                 let from_log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                let mut in_process: serde_json::Value =
-                    serde_json::from_str(&std::fs::read_to_string(json(name)).unwrap()).unwrap();
-                // The forecast of running out is made in the process, which reads the
-                // device; a log has none (docs/metrics.md).
-                for f in in_process["findings"].as_array_mut().unwrap() {
-                    f.as_object_mut().unwrap().remove("forecast");
-                }
+                let in_process = in_process_report(json(name));
                 assert_eq!(from_log["findings"], in_process["findings"], "{name}");
                 assert!(
                     !in_process["findings"].as_array().unwrap().is_empty(),
@@ -166,8 +160,7 @@ fn main() {
                 let out = cli(&["report", s(tlog), "--format", "json"]);
                 assert_eq!(out.status.code(), Some(0), "{name}");
                 let from_log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-                let in_process: serde_json::Value =
-                    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+                let in_process = in_process_report(json);
                 assert_eq!(from_log["findings"], in_process["findings"], "{name}");
             }
         },
@@ -274,4 +267,15 @@ fn run_example(dir: &Path, name: &str, extension: &str) -> (String, PathBuf, Pat
         String::from_utf8_lossy(&out.stderr)
     );
     (name.to_string(), log, json)
+}
+
+/// The in-process JSON report at `path`, without what only a process can know: the
+/// forecast of running out reads the device, and a log has none (docs/metrics.md).
+fn in_process_report(path: &Path) -> serde_json::Value {
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for f in report["findings"].as_array_mut().unwrap() {
+        f.as_object_mut().unwrap().remove("forecast");
+    }
+    report
 }

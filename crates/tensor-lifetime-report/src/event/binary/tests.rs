@@ -57,6 +57,12 @@ fn site(id: u32, kind: SiteKind, note: Option<SiteNote>) -> Event {
             label: format!("x{id} \"é\""),
             kind,
             note,
+            // The data flow of every other site (none on the rest).
+            from: if id % 2 == 0 {
+                vec!["model".into(), format!("x{id}")]
+            } else {
+                Vec::new()
+            },
         },
     }
 }
