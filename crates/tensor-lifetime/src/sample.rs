@@ -118,8 +118,8 @@ pub fn set_sampling(sampling: Sampling) {
     };
     SCALE.store(0, Ordering::Relaxed);
     INTERVAL.store(interval, Ordering::Relaxed);
-    if interval != 0 {
-        SCALE.store(u64::MAX / interval, Ordering::Relaxed);
+    if let Some(scale) = u64::MAX.checked_div(interval) {
+        SCALE.store(scale, Ordering::Relaxed);
     }
 }
 
