@@ -11,7 +11,7 @@
 //! falls in its bytes. They draw the gaps with a per-thread exponential countdown; here
 //! the draw is a hash of the tensor's creation serial and the seed, compared with
 //! `p(s)`: the same law (a Poisson process samples disjoint byte ranges independently,
-//! each with probability `1 - exp(-length / interval)`; see [`draw`] for the hash), but one answer for every probe
+//! each with probability `1 - exp(-length / interval)`; see `draw` for the hash), but one answer for every probe
 //! of a tensor, since a tensor is probed at its binding, at each store and at each alias,
 //! and a countdown would give it one chance per probe. Nor does it keep any per-thread
 //! state: a probe that skips its tensor reads two atomics and hashes one integer.
