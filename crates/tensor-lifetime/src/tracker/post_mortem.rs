@@ -6,14 +6,12 @@
 //! (`TENSOR_LIFETIME_JSON`, its `post_mortem` field).
 
 use super::inputs::MadeFrom;
-use super::keep::FastMap;
 use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
-use super::sweep::{self, GraphInputs};
+use super::sweep::{self, GraphInputs, Holding};
 use super::tally::Devices;
 use crate::device::{Counters, DeviceId};
-use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tensor_lifetime_report::event::{HolderSpec, MemorySample};
 use tensor_lifetime_report::post_mortem::{
@@ -66,31 +64,23 @@ pub(super) fn read_counters(pm: &mut PostMortem, ids: Vec<DeviceId>) {
 
 /// What the post-mortem says of the records of `registry`: live bytes by site, role and
 /// holder, and the largest tensors (each storage counted once, for its oldest record).
-/// Holders are chosen by the rule of the findings ([`sweep::holder`]), graphs included
+/// Holders are chosen by the rule of the findings ([`sweep::live_holdings`]), graphs included
 /// (`made_from`: the inputs the macro saw); sites and call paths are named by `sink`.
 pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &Sink) -> PostMortem {
-    let mut records: Vec<_> = registry.iter().collect();
-    records.sort_unstable_by_key(|r| r.id);
-    // Graph holders as the findings see them: the graphs of every live record with an
-    // autograd op are walked (a cost only the post-mortem pays).
-    let graphs = sweep::live_graphs(
-        &records,
-        GraphInputs {
-            made_from,
-            registry,
-        },
-    );
-    // Each storage's owner (its oldest record): its site.
-    let mut owner_site: FastMap<usize, u32> = FastMap::default();
+    let holdings = sweep::live_holdings(GraphInputs {
+        made_from,
+        registry,
+    });
     let mut sites: Vec<(u32, SiteTally)> = Vec::new();
     let mut by_holder: Vec<(HolderSpec, (u64, u64))> = Vec::new();
     let mut pm = PostMortem::default();
     let mut owners = Vec::new();
-    for r in &records {
-        let (owns, owner) = match owner_site.entry(r.storage) {
-            Entry::Occupied(o) => (false, *o.get()),
-            Entry::Vacant(v) => (true, *v.insert(r.site)),
-        };
+    for &Holding {
+        record: r,
+        owns,
+        holder,
+    } in &holdings
+    {
         let bytes = if owns { r.storage_bytes } else { 0 };
         let role = roles::role(r.role);
         pm.by_role.add(role, bytes, 1);
@@ -110,14 +100,12 @@ pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &S
         };
         s.bytes += bytes;
         s.tensors += 1;
-        let graph = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
-        let holder = sweep::holder(r.store, graph, (!owns).then_some(owner));
         match by_holder.iter_mut().find(|(h, _)| *h == holder) {
             Some((_, (b, n))) => (*b, *n) = (*b + bytes, *n + 1),
             None => by_holder.push((holder, (bytes, 1))),
         }
         if owns {
-            owners.push(*r);
+            owners.push(r);
         }
     }
     sites.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));

@@ -1,6 +1,6 @@
 //! The live tensors as a pprof profile ([`crate::write_pprof`]): a read-only query of
 //! the records grouped by creation site, call path, role, device and holder (the holder
-//! chosen by the findings' rule, [`holders::holder`]; each storage's bytes counted once,
+//! chosen by the findings' rule through [`sweep::live_holdings`]; each storage's bytes counted once,
 //! for its oldest record), and the births per site from the judgement's catalog.
 
 use super::inputs::MadeFrom;
@@ -9,7 +9,6 @@ use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
 use super::sweep::{self, GraphInputs};
-use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tensor_lifetime_report::event::HolderSpec;
@@ -27,27 +26,16 @@ pub(super) fn live_profile(
     sink: &Sink,
     duration_ns: u64,
 ) -> LiveProfile {
-    let mut records: Vec<_> = registry.iter().collect();
-    records.sort_unstable_by_key(|r| r.id);
-    let graphs = sweep::live_graphs(
-        &records,
-        GraphInputs {
-            made_from,
-            registry,
-        },
-    );
-    let mut owner_site: FastMap<usize, u32> = FastMap::default();
+    let holdings = sweep::live_holdings(GraphInputs {
+        made_from,
+        registry,
+    });
     let mut groups: BTreeMap<Group, (u64, u64)> = BTreeMap::new();
-    for r in &records {
-        let (owns, owner) = match owner_site.entry(r.storage) {
-            Entry::Occupied(o) => (false, *o.get()),
-            Entry::Vacant(v) => (true, *v.insert(r.site)),
-        };
-        let graph = graphs.as_ref().and_then(|g| g.held.get(&r.id)).copied();
-        let holder = sweep::holder(r.store, graph, (!owns).then_some(owner));
-        let key = (r.site, r.path, r.role, r.device.to_string(), holder);
+    for h in &holdings {
+        let r = h.record;
+        let key = (r.site, r.path, r.role, r.device.to_string(), h.holder);
         let g = groups.entry(key).or_default();
-        g.0 += if owns { r.storage_bytes } else { 0 };
+        g.0 += if h.owns { r.storage_bytes } else { 0 };
         g.1 += 1;
     }
     let catalog = sink.catalog();
@@ -68,8 +56,8 @@ pub(super) fn live_profile(
     live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
     // A site's call path: that of its first live record, if any.
     let mut paths: FastMap<u32, u32> = FastMap::default();
-    for r in &records {
-        paths.entry(r.site).or_insert(r.path);
+    for h in &holdings {
+        paths.entry(h.record.site).or_insert(h.record.path);
     }
     let mut births: Vec<_> = catalog.births_by_site().collect();
     births.sort_unstable_by_key(|(site, _)| *site);

@@ -17,6 +17,7 @@ use crate::tracker::probe::Observed;
 use crate::tracker::registry::{Record, Registry};
 use crate::tracker::roles;
 use crate::weak;
+use std::collections::hash_map::Entry;
 use tensor_lifetime_report::event::{HolderCount, HolderSpec, SiteSweep};
 
 /// Summarizes `scratch.survivors` by site into `scratch.sites`.
@@ -359,12 +360,49 @@ pub(in crate::tracker) fn graph_holders(
     graphs
 }
 
-/// The graphs holding any of `records` (every live record, for the post-mortem): roots
-/// are those with an autograd op, held are any of `records`; `None` when none has an op.
-pub(in crate::tracker) fn live_graphs(
-    records: &[&Record],
-    inputs: GraphInputs<'_>,
-) -> Option<Graphs> {
+/// One live record as the queries of what is live now (the post-mortem, the pprof
+/// profile) count it.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::tracker) struct Holding<'a> {
+    pub(in crate::tracker) record: &'a Record,
+    /// Whether it is its storage's oldest live record, whose bytes are counted.
+    pub(in crate::tracker) owns: bool,
+    /// Its holder by the findings' rule ([`holder`]): a store, a graph, or the record
+    /// owning its storage.
+    pub(in crate::tracker) holder: HolderSpec,
+}
+
+/// Every live record of `inputs.registry` in id order with its holding: the graphs of
+/// every live record with an autograd op are walked (a cost only these queries pay), and
+/// each storage's bytes belong to its oldest record.
+pub(in crate::tracker) fn live_holdings(inputs: GraphInputs<'_>) -> Vec<Holding<'_>> {
+    let mut records: Vec<&Record> = inputs.registry.iter().collect();
+    records.sort_unstable_by_key(|r| r.id);
+    let graphs = live_graphs(&records, inputs);
+    let mut owner_site: FastMap<usize, u32> = FastMap::default();
+    records
+        .into_iter()
+        .map(|record| {
+            let (owns, owner) = match owner_site.entry(record.storage) {
+                Entry::Occupied(o) => (false, *o.get()),
+                Entry::Vacant(v) => (true, *v.insert(record.site)),
+            };
+            let graph = graphs
+                .as_ref()
+                .and_then(|g| g.held.get(&record.id))
+                .copied();
+            Holding {
+                record,
+                owns,
+                holder: holder(record.store, graph, (!owns).then_some(owner)),
+            }
+        })
+        .collect()
+}
+
+/// The graphs holding any of `records` (every live record): roots are those with an
+/// autograd op, held are any of `records`; `None` when none has an op.
+fn live_graphs(records: &[&Record], inputs: GraphInputs<'_>) -> Option<Graphs> {
     let roots: Vec<&Record> = records.iter().copied().filter(|r| r.has_graph).collect();
     if roots.is_empty() {
         return None;

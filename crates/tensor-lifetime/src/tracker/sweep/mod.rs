@@ -52,7 +52,7 @@ mod generations;
 mod holders;
 mod site_counts;
 
-pub(in crate::tracker) use holders::{holder, live_graphs, GraphInputs};
+pub(in crate::tracker) use holders::{live_holdings, GraphInputs, Holding};
 
 use super::frames::FrameState;
 use super::inputs::MadeFrom;
