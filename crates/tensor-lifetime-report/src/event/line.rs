@@ -288,7 +288,7 @@ impl<W: Write> Line<'_, W> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::roles::Role;
 
@@ -308,12 +308,14 @@ mod tests {
         v
     }
 
-    fn sweep(site: u32, full: bool) -> SiteSweep {
+    /// A site's summary with every field set (`full`) or the optional ones empty; also
+    /// the binary format's tests' fixture.
+    pub(crate) fn sweep(site: u32, full: bool) -> SiteSweep {
         SiteSweep {
             site,
             survivors: 3,
             bytes: u64::MAX,
-            iterations: 0,
+            iterations: 2,
             first_iteration: 10,
             last_iteration: 12,
             refcount: 2,

@@ -2,11 +2,8 @@
 //! to its last whole record, corrupt frames and other versions reported.
 
 use super::*;
-use crate::event::{
-    read_events, EventReader, HolderCount, MemorySample, ReadError, ReadOutcome, SiteInfo,
-    SiteSweep,
-};
-use crate::event::{Event, HolderSpec, SiteNote};
+use crate::event::{read_events, EventReader, MemorySample, ReadError, ReadOutcome, SiteInfo};
+use crate::event::{Event, SiteNote};
 use crate::post_mortem::PostMortem;
 use crate::roles::{CallFrame, Role, RoleBytes};
 
@@ -208,43 +205,7 @@ fn sample() -> Vec<Event> {
         device: "cuda:0".into(),
         thread: 1,
     });
-    let sweep = |site: u32, full: bool| SiteSweep {
-        site,
-        survivors: 3,
-        bytes: u64::MAX,
-        iterations: 2,
-        first_iteration: 10,
-        last_iteration: 12,
-        refcount: 2,
-        holders: if full {
-            vec![
-                HolderCount {
-                    holder: HolderSpec::Store { site: 4 },
-                    count: 2,
-                },
-                HolderCount {
-                    holder: HolderSpec::Graph { site: 0 },
-                    count: 1,
-                },
-                HolderCount {
-                    holder: HolderSpec::View { site: 9 },
-                    count: 1,
-                },
-                HolderCount {
-                    holder: HolderSpec::Unknown,
-                    count: 7,
-                },
-            ]
-        } else {
-            Vec::new()
-        },
-        graph_tensors: u64::from(full) * 5,
-        graph_bytes: u64::from(full) << 40,
-        view_bytes: u64::from(full) * 64,
-        view_storage_bytes: u64::from(full) * 4096,
-        role: full.then_some(Role::OptimizerState),
-        call_paths: if full { vec![1, 30] } else { Vec::new() },
-    };
+    let sweep = crate::event::line::tests::sweep;
     events.push(Event::IterationEnd {
         t_ns: 60_000,
         frame: 2,
