@@ -55,7 +55,8 @@ fn example_exe() -> PathBuf {
     let path = profile_dir.join("examples").join("prometheus");
     assert!(
         path.exists(),
-        "{} is missing: build it with `cargo test -p tensor-lifetime-examples --features prometheus`",
+        "{} is missing: build it first with `cargo build --release -p tensor-lifetime-examples \
+         --features prometheus --example prometheus` (a test named alone does not build examples)",
         path.display()
     );
     path
