@@ -17,7 +17,12 @@ fn main() -> Result<()> {
     let start = std::time::Instant::now();
     match train_until_oom(&device, &cfg) {
         Ok(steps) => println!("{steps} steps without running out of memory"),
-        Err(e) => println!("stopped after {:.1} s: {e}", start.elapsed().as_secs_f64()),
+        // candle's error prints its captured backtrace after its first line.
+        Err(e) => println!(
+            "stopped after {:.1} s: {}",
+            start.elapsed().as_secs_f64(),
+            e.to_string().lines().next().unwrap_or_default()
+        ),
     }
     // The post-mortem was written (stderr, TENSOR_LIFETIME_JSON, TENSOR_LIFETIME_LOG) when
     // the error crossed a `?` in tracked code, while the leaked history was still alive.

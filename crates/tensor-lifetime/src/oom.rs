@@ -104,14 +104,26 @@ fn backtraces_asked() -> bool {
         .is_some_and(|v| v != "0")
 }
 
-/// A backtrace is printed when asked for and when a frame names a function (frames
-/// read `N: <unknown>` without symbols).
+/// Frames every backtrace has, named even in a stripped program: the C runtime's entry.
+const RUNTIME_FRAMES: [&str; 4] = [
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "_start",
+    "start_thread",
+];
+
+/// A backtrace is printed when asked for and when a frame names a function of the
+/// program (frames read `N: <unknown>` without symbols; the C runtime's entry is named
+/// even then).
 fn worth_printing(backtrace: &str, asked: bool) -> bool {
-    asked && backtrace.lines().any(|l| {
-        let frame = l.trim_start();
-        let name = frame.split_once(": ").map(|(n, rest)| (n, rest.trim()));
-        matches!(name, Some((n, f)) if n.bytes().all(|b| b.is_ascii_digit()) && f != "<unknown>")
-    })
+    asked
+        && backtrace.lines().any(|l| {
+            let frame = l.trim_start();
+            let name = frame.split_once(": ").map(|(n, rest)| (n, rest.trim()));
+            matches!(name, Some((n, f)) if n.bytes().all(|b| b.is_ascii_digit())
+                && f != "<unknown>"
+                && !RUNTIME_FRAMES.contains(&f))
+        })
 }
 
 /// candle's CUDA out-of-memory error, under any context or backtrace.
@@ -183,8 +195,9 @@ mod tests {
 
     #[test]
     fn a_backtrace_is_printed_only_when_asked_for_and_symbolized() {
-        // The H200's release build: every frame unknown.
-        let unknown = "   0: <unknown>\n   1: <unknown>\n   2: <unknown>\n";
+        // The H200's stripped release build: every frame unknown but the C runtime's.
+        let unknown =
+            "   0: <unknown>\n   1: <unknown>\n  14: __libc_start_main\n  15: <unknown>\n";
         let symbols = "   0: candle_core::error::Error::bt\n             at ./src/error.rs:260:25\n   1: <unknown>\n";
         assert!(!worth_printing(unknown, true));
         assert!(worth_printing(symbols, true));

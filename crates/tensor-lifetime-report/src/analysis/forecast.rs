@@ -3,9 +3,11 @@
 //! free memory is used up. The tracker notes what the device has left and the pace of
 //! its outermost loop ([`Analysis::note_room`](super::Analysis::note_room)); every leak
 //! of a report gets its [`Forecast`], and the report gets the forecast of its largest
-//! leak's loop, whose leaks' growths add up.
+//! leak's loop, whose leaks' growths add up, or of the device's measured growth where
+//! that is larger (what runs the device out is all it holds: a kept autograd graph holds
+//! intermediate tensors made inside libraries, which no finding counts).
 
-use crate::model::{DeviceRoom, Forecast};
+use crate::model::{DeviceRoom, Forecast, GROWTH_FROM_DEVICE, GROWTH_FROM_LEAKS};
 use crate::report::Report;
 
 /// What the tracker last noted: the device's room and the pace of a loop.
@@ -14,6 +16,8 @@ pub(super) struct Outlook {
     pub(super) room: DeviceRoom,
     /// The loop (as findings name it) and its seconds per iteration lately.
     pub(super) pace: Option<(String, f64)>,
+    /// The decline of the device's free memory per iteration of that loop lately.
+    pub(super) device_growth: Option<u64>,
 }
 
 /// The forecast for `growth` bytes per iteration on `room`, at `seconds_per_iteration`;
@@ -35,6 +39,7 @@ pub fn forecast(
         device: room.device.clone(),
         free_bytes: room.free,
         growth_per_iteration: growth,
+        growth_from: GROWTH_FROM_LEAKS.to_string(),
         iterations_left,
         seconds_left,
         source: room.source.clone(),
@@ -66,7 +71,16 @@ pub(super) fn attach(report: &mut Report, outlook: &Outlook) {
         .filter(|f| f.loop_name == largest)
         .map(|f| f.bytes_per_iteration)
         .sum();
-    report.forecast = forecast(&outlook.room, growth, pace_of(&largest));
+    let pace = pace_of(&largest);
+    report.forecast = match outlook.device_growth {
+        // The device's growth is of the loop whose pace was measured.
+        Some(device) if device > growth && pace.is_some() => forecast(&outlook.room, device, pace)
+            .map(|f| Forecast {
+                growth_from: GROWTH_FROM_DEVICE.to_string(),
+                ..f
+            }),
+        _ => forecast(&outlook.room, growth, pace),
+    };
 }
 
 #[cfg(test)]
@@ -115,6 +129,7 @@ mod tests {
         let outlook = Outlook {
             room: room(3000),
             pace: Some(("'step".into(), 2.0)),
+            device_growth: Some(120),
         };
         attach(&mut report, &outlook);
         let left: Vec<Option<u64>> = report
@@ -134,5 +149,34 @@ mod tests {
             (150, 20)
         );
         assert_eq!(total.seconds_left, Some(40.0));
+        assert_eq!(total.growth_from, "leaks");
+    }
+
+    #[test]
+    fn the_report_takes_the_devices_growth_where_it_is_larger() {
+        let mut report = crate::Analysis::default().report();
+        report.findings = vec![leak("'step", 100)];
+        let mut outlook = Outlook {
+            room: room(3000),
+            pace: Some(("'step".into(), 2.0)),
+            device_growth: Some(300),
+        };
+        attach(&mut report, &outlook);
+        let total = report.forecast.clone().unwrap();
+        assert_eq!(
+            (total.growth_per_iteration, total.iterations_left),
+            (300, 10)
+        );
+        assert_eq!(total.growth_from, "device");
+        // The leak's own forecast stays at its own growth.
+        let own = report.findings[0].forecast.as_ref().unwrap();
+        assert_eq!(
+            (own.growth_per_iteration, own.growth_from.as_str()),
+            (100, "leaks")
+        );
+        // Without the loop's pace the device's growth is of no known loop.
+        outlook.pace = None;
+        attach(&mut report, &outlook);
+        assert_eq!(report.forecast.unwrap().growth_per_iteration, 100);
     }
 }

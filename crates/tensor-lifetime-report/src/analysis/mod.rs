@@ -296,13 +296,23 @@ impl Analysis {
         self.step(Input::Dropped);
     }
 
-    /// What `room`'s device has left now, and the seconds per iteration of open loop frame
-    /// `frame` lately (`pace`): every report's leaks get a forecast from them
-    /// ([`forecast::forecast`]).
-    pub fn note_room(&mut self, room: DeviceRoom, pace: Option<(u64, f64)>) {
+    /// What `room`'s device has left now, the seconds per iteration of open loop frame
+    /// `frame` lately (`pace`) and the decline of the device's free memory per iteration
+    /// of that frame lately (`device_growth`): every report's leaks get a forecast from
+    /// them ([`forecast::forecast`]).
+    pub fn note_room(
+        &mut self,
+        room: DeviceRoom,
+        pace: Option<(u64, f64)>,
+        device_growth: Option<u64>,
+    ) {
         let pace =
             pace.and_then(|(frame, seconds)| Some((self.frames.name(frame)?.to_string(), seconds)));
-        self.outlook = Some(forecast::Outlook { room, pace });
+        self.outlook = Some(forecast::Outlook {
+            room,
+            pace,
+            device_growth,
+        });
     }
 
     /// Puts the forecasts of the latest [`Analysis::note_room`] on `report`'s leaks and on

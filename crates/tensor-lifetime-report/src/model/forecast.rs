@@ -29,6 +29,12 @@ pub struct Forecast {
     pub free_bytes: u64,
     /// The growth it extrapolates, bytes per iteration of the loop that judged it.
     pub growth_per_iteration: u64,
+    /// Where that growth was measured: `leaks` (the findings' own growth) or `device`
+    /// (the decline of the device's free memory over the last iterations, where it grows
+    /// faster than the leaks: memory they hold outside tracked code, such as the
+    /// intermediate tensors of a kept autograd graph made inside a library).
+    #[serde(default = "leaks")]
+    pub growth_from: String,
     /// Iterations until the free bytes are used up (rounded down).
     pub iterations_left: u64,
     /// At the pace of the last iterations; absent when no pace is known yet.
@@ -38,11 +44,26 @@ pub struct Forecast {
     pub source: String,
 }
 
+/// [`Forecast::growth_from`] of a forecast at the findings' own growth.
+pub const GROWTH_FROM_LEAKS: &str = "leaks";
+
+/// [`Forecast::growth_from`] of a forecast at the device's measured growth.
+pub const GROWTH_FROM_DEVICE: &str = "device";
+
+fn leaks() -> String {
+    GROWTH_FROM_LEAKS.to_string()
+}
+
 impl fmt::Display for Forecast {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let measured = if self.growth_from == GROWTH_FROM_DEVICE {
+            " on the device"
+        } else {
+            ""
+        };
         write!(
             f,
-            "{}: {} free, +{} per iteration: about {} {}",
+            "{}: {} free, +{} per iteration{measured}: about {} {}",
             self.device,
             format_bytes(self.free_bytes),
             format_bytes(self.growth_per_iteration),
@@ -87,6 +108,7 @@ mod tests {
             device: "cuda:0".into(),
             free_bytes: 3_328_599_654,
             growth_per_iteration: 96 << 20,
+            growth_from: GROWTH_FROM_LEAKS.into(),
             iterations_left: 33,
             seconds_left: Some(240.0),
             source: "cuda".into(),
@@ -102,6 +124,15 @@ mod tests {
             ..f
         };
         assert!(f.to_string().ends_with("about 1 iteration"), "{f}");
+        let f = Forecast {
+            growth_from: GROWTH_FROM_DEVICE.into(),
+            ..f
+        };
+        assert!(
+            f.to_string()
+                .contains("+96.0 MiB per iteration on the device: about 1"),
+            "{f}"
+        );
         assert_eq!(format_duration(12.4), "12 s");
         assert_eq!(format_duration(3.0 * 3600.0), "3.0 h");
     }

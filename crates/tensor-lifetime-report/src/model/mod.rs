@@ -16,7 +16,7 @@ mod site;
 mod sweep;
 
 pub use dtype::own_bytes;
-pub use forecast::{DeviceRoom, Forecast};
+pub use forecast::{DeviceRoom, Forecast, GROWTH_FROM_DEVICE, GROWTH_FROM_LEAKS};
 pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
 pub use sweep::{MemorySample, SiteSweep};

@@ -6,7 +6,7 @@
 
 use super::keep::FastMap;
 use super::registry::Record;
-use super::sink::PrintedFinding;
+use super::sink::Printed;
 use crate::site::Site;
 use std::time::Instant;
 
@@ -20,9 +20,9 @@ pub(in crate::tracker) struct FrameState {
     /// Its iterations that have ended: the index of the one running now (an iteration
     /// end of iteration `i` makes it at least `i + 1`).
     pub(in crate::tracker) ended: u64,
-    /// The findings printed last (outermost frames): a report is printed when they
-    /// change.
-    pub(in crate::tracker) printed: Vec<PrintedFinding>,
+    /// What the automatic report printed last (outermost frames): a report is printed
+    /// when it changes.
+    pub(in crate::tracker) printed: Printed,
 }
 
 /// A leak-test session's overrides of the leak rule.
@@ -92,7 +92,7 @@ mod tests {
                     site,
                     started: Instant::now(),
                     ended,
-                    printed: Vec::new(),
+                    printed: Printed::default(),
                 },
             );
         }

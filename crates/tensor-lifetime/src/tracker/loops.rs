@@ -6,6 +6,7 @@
 use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
 use super::probe::{in_session, set_iteration, OpenLoop, LOCAL};
+use super::sink::Printed;
 use super::sweep::{Parts, Walk};
 use super::{monitor, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
@@ -76,7 +77,7 @@ impl Tracker {
                 site,
                 started: now,
                 ended: 0,
-                printed: Vec::new(),
+                printed: Printed::default(),
             },
         );
         let name = if site.label.is_empty() {

@@ -1,7 +1,8 @@
 //! The forecast's facts, from the tracker to the judgement: at each outermost iteration
 //! end the time (the pace of the last iterations), and, when the report has a leak, what
-//! the device holding the most tracked bytes has left ([`crate::device::room`]), noted
-//! to the analysis (`Analysis::note_room`), which puts the forecast on the leaks.
+//! the device holding the most tracked bytes has left ([`crate::device::room`]) and how
+//! fast that declined over the last iteration ends ([`Outlook::device_growth`]), noted to
+//! the analysis (`Analysis::note_room`), which puts the forecast on the leaks.
 
 use super::tally::Devices;
 use std::collections::VecDeque;
@@ -11,23 +12,29 @@ use tensor_lifetime_report::{Analysis, Report};
 /// The iteration ends the pace is measured over.
 const PACE_OVER: usize = 8;
 
+/// The fewest declines in a row of the device's free memory that make a growth.
+const DECLINES: usize = 3;
+
 /// The latest outermost iteration ends of one loop frame.
 #[derive(Debug, Default)]
 pub(super) struct Outlook {
     frame: u64,
     ends: VecDeque<Instant>,
+    /// The device's free bytes read at the latest of these ends: (iteration, device, free).
+    rooms: VecDeque<(u64, String, u64)>,
 }
 
 impl Outlook {
-    /// At the automatic report of an iteration end of outermost loop `frame`: counts the
-    /// iteration end, and when `report` has a leak reads the room of the device with the
-    /// most tracked bytes in `devices` (`limit`: set by hand), notes it to `analysis` and
-    /// puts the forecasts on `report`. At the loop's end (`loop_end`) nothing changes.
+    /// At the automatic report of iteration end `iteration` of outermost loop `frame`:
+    /// counts the iteration end, and when `report` has a leak reads the room of the device
+    /// with the most tracked bytes in `devices` (`limit`: set by hand), notes it to
+    /// `analysis` and puts the forecasts on `report`. At the loop's end (`loop_end`)
+    /// nothing changes.
     pub(super) fn update(
         &mut self,
         analysis: &mut Analysis,
         report: &mut Report,
-        (frame, loop_end): (u64, bool),
+        (frame, iteration, loop_end): (u64, u64, bool),
         devices: &Devices,
         limit: Option<u64>,
     ) {
@@ -38,6 +45,7 @@ impl Outlook {
         if self.frame != frame {
             self.frame = frame;
             self.ends.clear();
+            self.rooms.clear();
         }
         if self.ends.len() == PACE_OVER {
             self.ends.pop_front();
@@ -52,8 +60,34 @@ impl Outlook {
         let Some(room) = crate::device::room(device, limit) else {
             return;
         };
-        analysis.note_room(room, self.pace().map(|s| (frame, s)));
+        if self.rooms.len() == PACE_OVER {
+            self.rooms.pop_front();
+        }
+        self.rooms
+            .push_back((iteration, room.device.clone(), room.free));
+        let growth = self.device_growth();
+        analysis.note_room(room, self.pace().map(|s| (frame, s)), growth);
         analysis.attach_forecasts(report);
+    }
+
+    /// Bytes per iteration by which the device's free memory declined over the latest
+    /// reads, when it declined at each of the last [`DECLINES`] reads or more of one device
+    /// and iterations in a row (free memory that moves both ways, as a machine's available
+    /// memory does under other processes, makes none).
+    fn device_growth(&self) -> Option<u64> {
+        let newest = self.rooms.back()?;
+        let mut oldest = newest;
+        let mut declines = 0;
+        for earlier in self.rooms.iter().rev().skip(1) {
+            let (later_iteration, _, later_free) = oldest;
+            let (iteration, device, free) = earlier;
+            if *device != newest.1 || iteration + 1 != *later_iteration || free <= later_free {
+                break;
+            }
+            oldest = earlier;
+            declines += 1;
+        }
+        (declines >= DECLINES).then(|| (oldest.2 - newest.2) / (newest.0 - oldest.0))
     }
 
     /// Seconds per iteration over the latest iteration ends (two at least).
@@ -61,5 +95,41 @@ impl Outlook {
         let (first, last) = (self.ends.front()?, self.ends.back()?);
         let n = self.ends.len().checked_sub(1).filter(|n| *n > 0)?;
         Some(last.duration_since(*first).as_secs_f64() / n as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads(rooms: &[(u64, &str, u64)]) -> Outlook {
+        Outlook {
+            rooms: rooms
+                .iter()
+                .map(|(i, d, free)| (*i, d.to_string(), *free))
+                .collect(),
+            ..Outlook::default()
+        }
+    }
+
+    #[test]
+    fn the_device_grows_when_its_free_memory_declines_at_each_read() {
+        let steady = [(3, "cuda:0", 1000), (4, "cuda:0", 900), (5, "cuda:0", 800)];
+        // Two declines are not yet a growth; three are.
+        assert_eq!(reads(&steady).device_growth(), None);
+        let mut more = steady.to_vec();
+        more.push((6, "cuda:0", 640));
+        assert_eq!(reads(&more).device_growth(), Some((1000 - 640) / 3));
+        // Free memory that moved back up, a skipped iteration or another device start
+        // the count again.
+        for (at, read) in [
+            (1, (4, "cuda:0", 1100)),
+            (1, (5, "cuda:0", 900)),
+            (0, (3, "cpu", 1000)),
+        ] {
+            let mut broken = more.clone();
+            broken[at] = read;
+            assert_eq!(reads(&broken).device_growth(), None, "{broken:?}");
+        }
     }
 }

@@ -36,10 +36,17 @@ pub(super) struct Sink {
     outlook: Outlook,
 }
 
-/// What an automatic report printed of a finding: a new report is printed when this list
-/// changes.
+/// What an automatic report printed: a new report is printed when this changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Printed {
+    findings: Vec<PrintedFinding>,
+    /// Where the report's forecast took its growth from (the leaks', the device's).
+    growth_from: Option<String>,
+}
+
+/// What an automatic report printed of a finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct PrintedFinding {
+struct PrintedFinding {
     file: String,
     line: u32,
     kind: &'static str,
@@ -274,24 +281,25 @@ impl Sink {
     }
 
     /// Prints / writes the report at the end of an outermost iteration of the loop frame
-    /// `frame_id` at `site` (started at `started`) when the findings changed since
-    /// `printed_last` (what it printed last, updated here), and at the end of an outermost
-    /// loop (`loop_end`), with the forecasts from `devices`; sets the metrics.
+    /// `frame_id` at `site` (started at `started`) when the findings or where the
+    /// forecast's growth was measured changed since `printed_last` (what it printed last,
+    /// updated here), and at the end of an outermost loop (`loop_end`), with the forecasts
+    /// from `devices`; sets the metrics. New findings are also `tracing` warnings.
     pub(super) fn auto_report(
         &mut self,
         config: &Config,
         (frame_id, site, started): (u64, &'static Site, Instant),
-        printed_last: &mut Vec<PrintedFinding>,
+        printed_last: &mut Printed,
         devices: &Devices,
         iterations: u64,
         loop_end: bool,
     ) {
         let mut report = self.analysis.report();
         let limit = config.memory_limit;
-        let at = (frame_id, loop_end);
+        let at = (frame_id, iterations, loop_end);
         (self.outlook).update(&mut self.analysis, &mut report, at, devices, limit);
         super::metrics::publish(&report, devices, loop_end);
-        let printed: Vec<PrintedFinding> = report
+        let findings = report
             .findings
             .iter()
             .map(|f| PrintedFinding {
@@ -301,12 +309,17 @@ impl Sink {
                 leak: f.is_leak(),
             })
             .collect();
+        let printed = Printed {
+            findings,
+            growth_from: report.forecast.as_ref().map(|f| f.growth_from.clone()),
+        };
         let changed = *printed_last != printed;
+        let new_findings = printed_last.findings != printed.findings;
         if !(changed || loop_end) {
             return;
         }
         *printed_last = printed;
-        if changed {
+        if new_findings {
             for f in report.leaks() {
                 tracing::warn!(
                     target: "tensor_lifetime",
