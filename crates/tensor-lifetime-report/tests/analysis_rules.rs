@@ -279,3 +279,29 @@ fn growth_in_bytes_is_confirmed_by_the_enclosing_iteration() {
         }
     }
 }
+
+/// Kept activations that each carry an autograd graph, as a training loop that keeps
+/// `hidden` in a history: the graph is measured on the latest iteration's survivors only
+/// (the same 432 bytes at every end: one activation's graph with the shared weights),
+/// so the leak's growth is at least its tensors' own (128 bytes an iteration).
+#[test]
+fn a_graph_leak_grows_at_least_as_its_tensors() {
+    let mut a = Analysis::default();
+    a.apply(&site(0, "'step").into());
+    a.apply(&site(1, "hidden").into());
+    a.apply(&loop_start(1, 0).into());
+    for i in 0..6 {
+        let end = iteration_end(1, i)
+            .site(1)
+            .survivors(i + 1)
+            .bytes(128 * (i + 1))
+            .born(0, i)
+            .graph(5, 432);
+        a.apply(&end.into());
+    }
+    let report = a.report();
+    let f = &report.findings[0];
+    assert!(f.is_leak(), "{report}");
+    assert_eq!(f.kind, FindingKind::GraphRetention, "{report}");
+    assert_eq!(f.bytes_per_iteration, 128, "{report}");
+}

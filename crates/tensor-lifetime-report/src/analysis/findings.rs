@@ -152,9 +152,14 @@ impl Assembly<'_> {
             _ => s.bytes,
         };
         let bytes = held(last);
+        // What the tensors hold may be measured on the latest iteration's graph only (old
+        // survivors' graphs are not walked again), so it grows at least as their own bytes.
+        let growth = |measure: &dyn Fn(&SiteSweep) -> u64| {
+            measure(last).saturating_sub(measure(&v.series.first)) / span
+        };
         let bytes_per_iteration =
             if v.growing || kind == FindingKind::Leak || kind == FindingKind::GrowingTensor {
-                bytes.saturating_sub(held(&v.series.first)) / span
+                growth(&held).max(growth(&|s: &SiteSweep| s.bytes))
             } else {
                 0
             };

@@ -4,8 +4,10 @@
 //! its outermost loop ([`Analysis::note_room`](super::Analysis::note_room)); every leak
 //! of a report gets its [`Forecast`], and the report gets the forecast of its largest
 //! leak's loop, whose leaks' growths add up, or of the device's measured growth where
-//! that is larger (what runs the device out is all it holds: a kept autograd graph holds
-//! intermediate tensors made inside libraries, which no finding counts).
+//! that is larger by more than a quarter (what runs the device out is all it holds: a
+//! kept autograd graph holds intermediate tensors made inside libraries, which no finding
+//! counts; a quarter, so that the allocator's rounding of the leaks' own growth does not
+//! count).
 
 use crate::model::{DeviceRoom, Forecast, GROWTH_FROM_DEVICE, GROWTH_FROM_LEAKS};
 use crate::report::Report;
@@ -16,7 +18,7 @@ pub(super) struct Outlook {
     pub(super) room: DeviceRoom,
     /// The loop (as findings name it) and its seconds per iteration lately.
     pub(super) pace: Option<(String, f64)>,
-    /// The decline of the device's free memory per iteration of that loop lately.
+    /// The growth of what the device uses, per iteration of that loop lately.
     pub(super) device_growth: Option<u64>,
 }
 
@@ -66,7 +68,7 @@ pub(super) fn attach(report: &mut Report, outlook: &Outlook) {
     else {
         return;
     };
-    let growth = report
+    let growth: u64 = report
         .leaks()
         .filter(|f| f.loop_name == largest)
         .map(|f| f.bytes_per_iteration)
@@ -74,11 +76,12 @@ pub(super) fn attach(report: &mut Report, outlook: &Outlook) {
     let pace = pace_of(&largest);
     report.forecast = match outlook.device_growth {
         // The device's growth is of the loop whose pace was measured.
-        Some(device) if device > growth && pace.is_some() => forecast(&outlook.room, device, pace)
-            .map(|f| Forecast {
+        Some(device) if device > growth.saturating_add(growth / 4) && pace.is_some() => {
+            forecast(&outlook.room, device, pace).map(|f| Forecast {
                 growth_from: GROWTH_FROM_DEVICE.to_string(),
                 ..f
-            }),
+            })
+        }
         _ => forecast(&outlook.room, growth, pace),
     };
 }
@@ -94,6 +97,7 @@ mod tests {
             device: "cpu".into(),
             free,
             source: "cgroup".into(),
+            used: None,
         }
     }
 
@@ -156,11 +160,15 @@ mod tests {
     fn the_report_takes_the_devices_growth_where_it_is_larger() {
         let mut report = crate::Analysis::default().report();
         report.findings = vec![leak("'step", 100)];
+        // A quarter more is within the allocator's rounding of the leak's own growth.
         let mut outlook = Outlook {
             room: room(3000),
             pace: Some(("'step".into(), 2.0)),
-            device_growth: Some(300),
+            device_growth: Some(125),
         };
+        attach(&mut report, &outlook);
+        assert_eq!(report.forecast.clone().unwrap().growth_from, "leaks");
+        outlook.device_growth = Some(300);
         attach(&mut report, &outlook);
         let total = report.forecast.clone().unwrap();
         assert_eq!(

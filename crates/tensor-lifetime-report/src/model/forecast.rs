@@ -19,6 +19,10 @@ pub struct DeviceRoom {
     /// kernel's estimate), `TENSOR_LIFETIME_MEMORY_LIMIT` (the limit set by hand, less
     /// what the device uses).
     pub source: String,
+    /// What is used of it now, where that can be read: the process's resident memory
+    /// on the CPU, the device's used memory on CUDA (its growth is the device's growth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
 }
 
 /// When the device runs out at the measured growth.

@@ -15,8 +15,10 @@ const BY_HAND: &str = "TENSOR_LIFETIME_MEMORY_LIMIT";
 /// What `id` has left now, with `limit` (bytes) set by hand; `None` where nothing can be
 /// read (Metal, a CUDA error, no `/proc`).
 pub(crate) fn room(id: DeviceId, limit: Option<u64>) -> Option<DeviceRoom> {
-    let (free, source) = if id == DeviceId::CPU {
-        cpu_free(limit)?
+    let (free, source, used) = if id == DeviceId::CPU {
+        let resident = super::process_resident();
+        let (free, source) = cpu_free(limit, resident)?;
+        (free, source, resident)
     } else {
         id.cuda_ordinal()?;
         let c = Counters::read(id, None).ok()?;
@@ -25,7 +27,7 @@ pub(crate) fn room(id: DeviceId, limit: Option<u64>) -> Option<DeviceRoom> {
             .pool_reserved
             .unwrap_or(0)
             .saturating_sub(c.pool_used.unwrap_or(0));
-        match limit {
+        let (free, source) = match limit {
             Some(limit) => (limit.saturating_sub(used), BY_HAND),
             None => (
                 c.device_total?
@@ -33,19 +35,21 @@ pub(crate) fn room(id: DeviceId, limit: Option<u64>) -> Option<DeviceRoom> {
                     .saturating_add(pool_spare),
                 "cuda",
             ),
-        }
+        };
+        (free, source, Some(used))
     };
     Some(DeviceRoom {
         device: id.to_string(),
         free,
         source: source.to_string(),
+        used,
     })
 }
 
-fn cpu_free(limit: Option<u64>) -> Option<(u64, &'static str)> {
+/// The CPU's free bytes and their source, with the process's `resident` bytes.
+fn cpu_free(limit: Option<u64>, resident: Option<u64>) -> Option<(u64, &'static str)> {
     if let Some(limit) = limit {
-        let resident = super::process_resident()?;
-        return Some((limit.saturating_sub(resident), BY_HAND));
+        return Some((limit.saturating_sub(resident?), BY_HAND));
     }
     let cgroup = cgroup_free(|path| std::fs::read_to_string(path).ok());
     let available = std::fs::read_to_string("/proc/meminfo")

@@ -1,8 +1,8 @@
 //! The forecast's facts, from the tracker to the judgement: at each outermost iteration
 //! end the time (the pace of the last iterations), and, when the report has a leak, what
 //! the device holding the most tracked bytes has left ([`crate::device::room`]) and how
-//! fast that declined over the last iteration ends ([`Outlook::device_growth`]), noted to
-//! the analysis (`Analysis::note_room`), which puts the forecast on the leaks.
+//! fast what it uses grew over the last iteration ends ([`Outlook::device_growth`]),
+//! noted to the analysis (`Analysis::note_room`), which puts the forecast on the leaks.
 
 use super::tally::Devices;
 use std::collections::VecDeque;
@@ -12,16 +12,16 @@ use tensor_lifetime_report::{Analysis, Report};
 /// The iteration ends the pace is measured over.
 const PACE_OVER: usize = 8;
 
-/// The fewest declines in a row of the device's free memory that make a growth.
-const DECLINES: usize = 3;
+/// The fewest rises in a row of what the device uses that make a growth.
+const RISES: usize = 3;
 
 /// The latest outermost iteration ends of one loop frame.
 #[derive(Debug, Default)]
 pub(super) struct Outlook {
     frame: u64,
     ends: VecDeque<Instant>,
-    /// The device's free bytes read at the latest of these ends: (iteration, device, free).
-    rooms: VecDeque<(u64, String, u64)>,
+    /// What the device used at the latest of these ends: (iteration, device, bytes).
+    used: VecDeque<(u64, String, u64)>,
 }
 
 impl Outlook {
@@ -45,7 +45,7 @@ impl Outlook {
         if self.frame != frame {
             self.frame = frame;
             self.ends.clear();
-            self.rooms.clear();
+            self.used.clear();
         }
         if self.ends.len() == PACE_OVER {
             self.ends.pop_front();
@@ -60,34 +60,37 @@ impl Outlook {
         let Some(room) = crate::device::room(device, limit) else {
             return;
         };
-        if self.rooms.len() == PACE_OVER {
-            self.rooms.pop_front();
+        match room.used {
+            Some(used) => {
+                if self.used.len() == PACE_OVER {
+                    self.used.pop_front();
+                }
+                self.used.push_back((iteration, room.device.clone(), used));
+            }
+            None => self.used.clear(),
         }
-        self.rooms
-            .push_back((iteration, room.device.clone(), room.free));
         let growth = self.device_growth();
         analysis.note_room(room, self.pace().map(|s| (frame, s)), growth);
         analysis.attach_forecasts(report);
     }
 
-    /// Bytes per iteration by which the device's free memory declined over the latest
-    /// reads, when it declined at each of the last [`DECLINES`] reads or more of one device
-    /// and iterations in a row (free memory that moves both ways, as a machine's available
-    /// memory does under other processes, makes none).
+    /// Bytes per iteration by which what the device uses grew over the latest reads, when
+    /// it rose at each of the last [`RISES`] reads or more, of one device and iterations
+    /// in a row (use that moves both ways makes none).
     fn device_growth(&self) -> Option<u64> {
-        let newest = self.rooms.back()?;
+        let newest = self.used.back()?;
         let mut oldest = newest;
-        let mut declines = 0;
-        for earlier in self.rooms.iter().rev().skip(1) {
-            let (later_iteration, _, later_free) = oldest;
-            let (iteration, device, free) = earlier;
-            if *device != newest.1 || iteration + 1 != *later_iteration || free <= later_free {
+        let mut rises = 0;
+        for earlier in self.used.iter().rev().skip(1) {
+            let (later_iteration, _, later_used) = oldest;
+            let (iteration, device, used) = earlier;
+            if *device != newest.1 || iteration + 1 != *later_iteration || used >= later_used {
                 break;
             }
             oldest = earlier;
-            declines += 1;
+            rises += 1;
         }
-        (declines >= DECLINES).then(|| (oldest.2 - newest.2) / (newest.0 - oldest.0))
+        (rises >= RISES).then(|| (newest.2 - oldest.2) / (newest.0 - oldest.0))
     }
 
     /// Seconds per iteration over the latest iteration ends (two at least).
@@ -102,9 +105,9 @@ impl Outlook {
 mod tests {
     use super::*;
 
-    fn reads(rooms: &[(u64, &str, u64)]) -> Outlook {
+    fn reads(used: &[(u64, &str, u64)]) -> Outlook {
         Outlook {
-            rooms: rooms
+            used: used
                 .iter()
                 .map(|(i, d, free)| (*i, d.to_string(), *free))
                 .collect(),
@@ -113,18 +116,22 @@ mod tests {
     }
 
     #[test]
-    fn the_device_grows_when_its_free_memory_declines_at_each_read() {
-        let steady = [(3, "cuda:0", 1000), (4, "cuda:0", 900), (5, "cuda:0", 800)];
-        // Two declines are not yet a growth; three are.
+    fn the_device_grows_when_what_it_uses_rises_at_each_read() {
+        let steady = [
+            (3, "cuda:0", 1000),
+            (4, "cuda:0", 1100),
+            (5, "cuda:0", 1200),
+        ];
+        // Two rises are not yet a growth; three are.
         assert_eq!(reads(&steady).device_growth(), None);
         let mut more = steady.to_vec();
-        more.push((6, "cuda:0", 640));
-        assert_eq!(reads(&more).device_growth(), Some((1000 - 640) / 3));
-        // Free memory that moved back up, a skipped iteration or another device start
-        // the count again.
+        more.push((6, "cuda:0", 1360));
+        assert_eq!(reads(&more).device_growth(), Some((1360 - 1000) / 3));
+        // Use that went back down, a skipped iteration or another device start the count
+        // again.
         for (at, read) in [
-            (1, (4, "cuda:0", 1100)),
-            (1, (5, "cuda:0", 900)),
+            (1, (4, "cuda:0", 900)),
+            (1, (5, "cuda:0", 1100)),
             (0, (3, "cpu", 1000)),
         ] {
             let mut broken = more.clone();
