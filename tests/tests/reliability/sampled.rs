@@ -29,13 +29,6 @@ fn seeds() -> u64 {
 }
 const INTERVAL: u64 = 4;
 
-/// Rows the sampled mode does not judge yet: a tensor replaced by a larger one every
-/// iteration (`growing_tensor`) is found from its bytes at iteration ends, which the
-/// sampled mode's per-site scaling does not carry (docs/limits.md).
-const NOT_SAMPLED: &[&str] = &[
-    "l18_kv_cache_never_reset",
-    "l19_running_concatenation_never_reset",
-];
 /// Iterations after which the estimated bytes are compared with the exact ones.
 const ESTIMATE_AFTER: usize = 20;
 
@@ -74,7 +67,7 @@ fn sampled_mode_finds_every_leak_of_the_matrix_within_the_bound_in_99_of_100_see
     // Each row in a child process of its own: a session's loops stay in the judgement
     // for the process's life, and 3 300 of them in one would slow every report.
     let mut failed = Vec::new();
-    for case in MATRIX.iter().filter(|c| !NOT_SAMPLED.contains(&c.name)) {
+    for case in MATRIX.iter() {
         let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
             .args(["--exact", &test, "--nocapture", "--test-threads", "1"])
             .env("TL_SAMPLED_ROW", case.name)

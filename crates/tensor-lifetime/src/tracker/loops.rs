@@ -121,19 +121,20 @@ impl Tracker {
         set_iteration(frame, iteration + 1);
         self.primary.set_iteration(frame, iteration + 1);
         let sampled = sample::sampled_mode() && !in_session();
-        if sampled && self.quiet_end() {
+        if sampled && self.quiet_end(frame) {
             return;
         }
         self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
     }
 
-    /// Sampled mode: whether this iteration end has nothing to do. No probe was recorded
-    /// since the latest full end, and that end left no record alive, or left some
-    /// fewer than [`QUIET_SPAN`] ends ago (a full end settles their deaths). Not while
-    /// the memory monitor samples.
+    /// Sampled mode: whether this iteration end of `frame` has nothing to do. No probe was
+    /// recorded since the latest full end, that end was of the same frame, and it left no
+    /// record alive, or left some fewer than [`QUIET_SPAN`] ends ago (a full end settles
+    /// their deaths). Not while the memory monitor samples.
     #[inline]
-    fn quiet_end(&self) -> bool {
+    fn quiet_end(&self, frame: u64) -> bool {
         if self.sampled_probes.load(Ordering::Relaxed) != self.quiet_at.load(Ordering::Relaxed)
+            || self.quiet_frame.load(Ordering::Relaxed) != frame
             || monitor::on()
         {
             return false;
@@ -146,9 +147,11 @@ impl Tracker {
         true
     }
 
-    /// Sampled mode, after a full iteration end that began when `probes` probes had been
-    /// recorded and left `live` records: the ends that may be quiet after it.
-    fn settle_quiet(&self, probes: u64, live: usize) {
+    /// Sampled mode, after a full iteration end of `frame` that began when `probes` probes
+    /// had been recorded and left `live` records: the ends of that frame that may be quiet
+    /// after it.
+    fn settle_quiet(&self, frame: u64, probes: u64, live: usize) {
+        self.quiet_frame.store(frame, Ordering::Relaxed);
         let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
         self.quiet_left.store(left, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
@@ -182,7 +185,7 @@ impl Tracker {
             st.parts.sink.declare_call_paths();
             let mut roles = st.parts.roles.iteration_end();
             if sampled {
-                self.settle_quiet(probes, st.parts.registry.len());
+                self.settle_quiet(frame, probes, st.parts.registry.len());
             }
             timed(HotPhase::Analysis, || {
                 let State { parts, sweeper, .. } = &mut *st;

@@ -215,6 +215,10 @@ pub(crate) struct Tracker {
     quiet_at: AtomicU64,
     /// Sampled mode: quiet iteration ends left before a full one.
     quiet_left: AtomicU64,
+    /// Sampled mode: the loop frame of the latest full iteration end. Only its ends may be
+    /// quiet: another frame's end (an enclosing loop's, after its nested loop's) has its
+    /// own iterations to count and its own survivors to judge.
+    quiet_frame: AtomicU64,
 }
 
 /// [`Tracker::quiet_at`] when records are alive.
@@ -247,6 +251,7 @@ impl Tracker {
             sampled_probes: AtomicU64::new(0),
             quiet_at: AtomicU64::new(NOT_QUIET),
             quiet_left: AtomicU64::new(0),
+            quiet_frame: AtomicU64::new(0),
         }
     }
 
