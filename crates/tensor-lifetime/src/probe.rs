@@ -26,6 +26,9 @@ use tensor_lifetime_report::Role;
 #[inline]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe(x, site, false, 0);
+        }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| t.probe(x, site, false, 0));
         }
@@ -41,6 +44,9 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
         return tag(value, site);
     }
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe_made(x, site, inputs);
+        }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| t.probe_made(x, site, inputs));
         }
@@ -51,19 +57,26 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
 /// none unless it is a `Tensor` or `&Tensor` and the tracker runs.
 #[inline]
 pub fn input<T: ?Sized>(value: &T) -> Input {
-    if tracker::active().is_none() {
-        return Input::default();
+    match as_tensor(value) {
+        Some(t) if tracker::active().is_some() => Input::of(t),
+        _ => Input::default(),
     }
+}
+
+/// `value` itself when it is a `Tensor` or a `&Tensor` (the common binding: decided at
+/// compile time, so a probe of one goes straight to the tracker's gate).
+#[inline(always)]
+fn as_tensor<T: ?Sized>(value: &T) -> Option<&Tensor> {
     let ptr = value as *const T as *const ();
     let id = typeid::of::<T>();
     if id == TypeId::of::<Tensor>() {
         // SAFETY: `T` is `Tensor` (same `TypeId`), borrowed for this call.
-        Input::of(unsafe { &*(ptr as *const Tensor) })
+        Some(unsafe { &*(ptr as *const Tensor) })
     } else if id == TypeId::of::<&Tensor>() {
         // SAFETY: `T` is `&Tensor` (same `TypeId`), borrowed for this call.
-        Input::of(unsafe { *(ptr as *const &Tensor) })
+        Some(unsafe { *(ptr as *const &Tensor) })
     } else {
-        Input::default()
+        None
     }
 }
 
@@ -71,6 +84,9 @@ pub fn input<T: ?Sized>(value: &T) -> Input {
 #[inline]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe(x, site, true, 0);
+        }
         if !grads(value, &mut |x| t.probe(x, site, true, GRADIENT)) {
             visit(value, &mut |x| t.probe(x, site, true, 0));
         }

@@ -162,6 +162,7 @@ impl Iteration<'_> {
 }
 
 impl Drop for Iteration<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some((t, frame, outermost)) = self.frame.inner {
             t.end_iteration(frame, self.index, self.started_ns, outermost);

@@ -18,9 +18,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
 
-/// Sampled mode: quiet iteration ends in a row while records are alive (their deaths
-/// reach the judgement within this many iteration ends).
+/// Sampled mode: quiet iteration ends in a row while records are alive, after a full
+/// end that saw something change (a sampled probe, a death); the span doubles at each
+/// full end that saw nothing change, up to [`QUIET_SPAN_MAX`]: a death reaches the
+/// judgement within that many iteration ends.
 const QUIET_SPAN: u64 = 64;
+/// The longest span of quiet iteration ends while records are alive.
+const QUIET_SPAN_MAX: u64 = 1024;
 
 impl Tracker {
     pub(crate) fn new_session(&self) -> u64 {
@@ -111,6 +115,7 @@ impl Tracker {
     }
 
     /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    #[inline]
     pub(crate) fn end_iteration(
         &'static self,
         frame: u64,
@@ -149,7 +154,15 @@ impl Tracker {
     /// Sampled mode, after a full iteration end that began when `probes` probes had been
     /// recorded and left `live` records: the ends that may be quiet after it.
     fn settle_quiet(&self, probes: u64, live: usize) {
-        let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
+        let live = live as u64;
+        let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
+        let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
+        let span = match self.quiet_span.load(Ordering::Relaxed) {
+            span if unchanged && span >= QUIET_SPAN => (span * 2).min(QUIET_SPAN_MAX),
+            _ => QUIET_SPAN,
+        };
+        self.quiet_span.store(span, Ordering::Relaxed);
+        let left = if live == 0 { u64::MAX } else { span };
         self.quiet_left.store(left, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
     }

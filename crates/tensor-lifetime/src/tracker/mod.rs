@@ -215,6 +215,10 @@ pub(crate) struct Tracker {
     quiet_at: AtomicU64,
     /// Sampled mode: quiet iteration ends left before a full one.
     quiet_left: AtomicU64,
+    /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
+    /// records it left alive (the span doubles while neither changes).
+    quiet_span: AtomicU64,
+    quiet_live: AtomicU64,
 }
 
 /// [`Tracker::quiet_at`] when records are alive.
@@ -247,6 +251,8 @@ impl Tracker {
             sampled_probes: AtomicU64::new(0),
             quiet_at: AtomicU64::new(NOT_QUIET),
             quiet_left: AtomicU64::new(0),
+            quiet_span: AtomicU64::new(0),
+            quiet_live: AtomicU64::new(0),
         }
     }
 

@@ -95,6 +95,7 @@ pub(in crate::tracker) fn in_session() -> bool {
 }
 
 /// Sets this thread's iteration of `frame` (the innermost open loop of that frame).
+#[inline]
 pub(in crate::tracker) fn set_iteration(frame: u64, iteration: u64) {
     let _ = LOCAL.try_with(|l| {
         if let Some(open) = l
