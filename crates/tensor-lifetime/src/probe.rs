@@ -23,7 +23,7 @@ use std::sync::Arc;
 use tensor_lifetime_report::Role;
 
 /// Tags the tensors in `value` with their creation site (first sighting) or an alias.
-#[inline]
+#[inline(always)]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
         if let Some(x) = as_tensor(value) {
@@ -37,7 +37,7 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 
 /// [`tag`] for a binding whose value the macro saw computed from `inputs` (see
 /// [`input`]): a tensor with an autograd op keeps them as its graph's inputs.
-#[inline]
+#[inline(always)]
 pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
     // No tensor among the inputs (or tracking off: `input` gave none): a plain tag.
     if inputs.iter().all(|i| i.key == 0) {
@@ -55,7 +55,7 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
 
 /// The tensor `value` is, as an input of a value being computed (`model.forward(&x)`):
 /// none unless it is a `Tensor` or `&Tensor` and the tracker runs.
-#[inline]
+#[inline(always)]
 pub fn input<T: ?Sized>(value: &T) -> Input {
     match as_tensor(value) {
         Some(t) if tracker::active().is_some() => Input::of(t),
@@ -81,7 +81,7 @@ fn as_tensor<T: ?Sized>(value: &T) -> Option<&Tensor> {
 }
 
 /// Records that the tensors in `value` are being stored at `site` (a container).
-#[inline]
+#[inline(always)]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
         if let Some(x) = as_tensor(value) {
