@@ -54,11 +54,12 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
 }
 
 /// The tensor `value` is, as an input of a value being computed (`model.forward(&x)`):
-/// none unless it is a `Tensor` or `&Tensor` and the tracker runs.
+/// none unless it is a `Tensor` or `&Tensor` and tracking is built in. Two loads; whether
+/// the tracker runs is asked once, by [`tag_made`].
 #[inline(always)]
 pub fn input<T: ?Sized>(value: &T) -> Input {
     match as_tensor(value) {
-        Some(t) if tracker::active().is_some() => Input::of(t),
+        Some(t) if cfg!(feature = "tracking") => Input::of(t),
         _ => Input::default(),
     }
 }

@@ -5,7 +5,7 @@
 
 use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
-use super::probe::{in_session, set_iteration, OpenLoop, LOCAL};
+use super::probe::{in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL};
 use super::sink::Printed;
 use super::sweep::{Parts, Walk};
 use super::{monitor, State, Tracker};
@@ -51,7 +51,7 @@ impl Tracker {
         let watermark = weak::serial_watermark();
         let (parent, session, thread) = LOCAL
             .try_with(|l| {
-                let mut stack = l.stack.borrow_mut();
+                let mut stack = l.loops().borrow_mut();
                 let parent = stack.last().map(|open| (open.frame, open.iteration));
                 stack.push(OpenLoop {
                     frame,
@@ -123,12 +123,13 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
-        set_iteration(frame, iteration + 1);
         self.primary.set_iteration(frame, iteration + 1);
         let sampled = sample::sampled_mode() && !in_session();
         if sampled && self.quiet_end() {
-            return;
+            // Written when this thread's loops are next read (a recorded probe, a full end).
+            return set_iteration_later(frame, iteration + 1);
         }
+        set_iteration(frame, iteration + 1);
         self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
     }
 
@@ -225,7 +226,7 @@ impl Tracker {
     /// Closes `frame` (every path out of the loop).
     pub(crate) fn close_loop(&'static self, frame: u64, iterations: u64) {
         let _ = LOCAL.try_with(|l| {
-            let mut stack = l.stack.borrow_mut();
+            let mut stack = l.loops().borrow_mut();
             if let Some(pos) = stack.iter().rposition(|open| open.frame == frame) {
                 stack.truncate(pos);
             }
