@@ -26,6 +26,16 @@ const QUIET_SPAN: u64 = 64;
 /// The longest span of quiet iteration ends while records are alive.
 const QUIET_SPAN_MAX: u64 = 1024;
 
+/// The quiet ends granted after a full end, given the previous span and whether that full
+/// end saw nothing change (see [`QUIET_SPAN`]).
+fn quiet_span(previous: u64, unchanged: bool) -> u64 {
+    if unchanged && previous >= QUIET_SPAN {
+        (previous * 2).min(QUIET_SPAN_MAX)
+    } else {
+        QUIET_SPAN
+    }
+}
+
 impl Tracker {
     pub(crate) fn new_session(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
@@ -158,10 +168,7 @@ impl Tracker {
         let live = live as u64;
         let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
         let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
-        let span = match self.quiet_span.load(Ordering::Relaxed) {
-            span if unchanged && span >= QUIET_SPAN => (span * 2).min(QUIET_SPAN_MAX),
-            _ => QUIET_SPAN,
-        };
+        let span = quiet_span(self.quiet_span.load(Ordering::Relaxed), unchanged);
         self.quiet_span.store(span, Ordering::Relaxed);
         let left = if live == 0 { u64::MAX } else { span };
         self.quiet_left.store(left, Ordering::Relaxed);
@@ -286,5 +293,26 @@ impl Tracker {
             return;
         }
         self.state.lock().parts.made_from.note(Input::of(t), inputs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The span doubles while nothing changes, up to its bound, and falls back to
+    /// `QUIET_SPAN` at the first change (a sampled probe, a death).
+    #[test]
+    fn the_quiet_span_doubles_while_nothing_changes() {
+        let mut span = quiet_span(0, false);
+        let mut spans = vec![span];
+        for _ in 0..6 {
+            span = quiet_span(span, true);
+            spans.push(span);
+        }
+        assert_eq!(spans, [64, 128, 256, 512, 1024, 1024, 1024]);
+        assert_eq!(quiet_span(span, false), QUIET_SPAN);
+        // Never more than the bound a death's delay is documented with.
+        assert!((0..64).all(|_| quiet_span(QUIET_SPAN_MAX, true) <= QUIET_SPAN_MAX));
     }
 }

@@ -220,3 +220,44 @@ impl TaskContext {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen() -> Vec<(u64, u64)> {
+        LOCAL.with(|l| {
+            l.loops()
+                .borrow()
+                .iter()
+                .map(|o| (o.frame, o.iteration))
+                .collect()
+        })
+    }
+
+    /// A quiet end's iteration reaches the open loop when the loops are next read; a
+    /// quiet end of another loop writes the waiting one first; a full end's iteration
+    /// replaces a waiting one of its loop.
+    #[test]
+    fn a_later_iteration_is_written_when_the_loops_are_read() {
+        std::thread::spawn(|| {
+            LOCAL.with(|l| {
+                l.loops().borrow_mut().extend([7, 8].map(|frame| OpenLoop {
+                    frame,
+                    iteration: 0,
+                    watermark: 0,
+                }))
+            });
+            set_iteration_later(8, 2);
+            set_iteration_later(7, 3);
+            assert_eq!(LATER.with(Cell::get), (7, 3));
+            assert_eq!(seen(), [(7, 3), (8, 2)]);
+            assert_eq!(LATER.with(Cell::get), (0, 0));
+            set_iteration_later(8, 5);
+            set_iteration(8, 9);
+            assert_eq!(seen(), [(7, 3), (8, 9)]);
+        })
+        .join()
+        .unwrap();
+    }
+}
