@@ -23,9 +23,12 @@ use std::sync::Arc;
 use tensor_lifetime_report::Role;
 
 /// Tags the tensors in `value` with their creation site (first sighting) or an alias.
-#[inline]
+#[inline(always)]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe(x, site, false, 0);
+        }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| t.probe(x, site, false, 0));
         }
@@ -34,13 +37,16 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 
 /// [`tag`] for a binding whose value the macro saw computed from `inputs` (see
 /// [`input`]): a tensor with an autograd op keeps them as its graph's inputs.
-#[inline]
+#[inline(always)]
 pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
     // No tensor among the inputs (or tracking off: `input` gave none): a plain tag.
     if inputs.iter().all(|i| i.key == 0) {
         return tag(value, site);
     }
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe_made(x, site, inputs);
+        }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
             visit(value, &mut |x| t.probe_made(x, site, inputs));
         }
@@ -48,29 +54,40 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
 }
 
 /// The tensor `value` is, as an input of a value being computed (`model.forward(&x)`):
-/// none unless it is a `Tensor` or `&Tensor` and the tracker runs.
-#[inline]
+/// none unless it is a `Tensor` or `&Tensor` and tracking is built in. Two loads; whether
+/// the tracker runs is asked once, by [`tag_made`].
+#[inline(always)]
 pub fn input<T: ?Sized>(value: &T) -> Input {
-    if tracker::active().is_none() {
-        return Input::default();
+    match as_tensor(value) {
+        Some(t) if cfg!(feature = "tracking") => Input::of(t),
+        _ => Input::default(),
     }
+}
+
+/// `value` itself when it is a `Tensor` or a `&Tensor` (the common binding: decided at
+/// compile time, so a probe of one goes straight to the tracker's gate).
+#[inline(always)]
+fn as_tensor<T: ?Sized>(value: &T) -> Option<&Tensor> {
     let ptr = value as *const T as *const ();
     let id = typeid::of::<T>();
     if id == TypeId::of::<Tensor>() {
         // SAFETY: `T` is `Tensor` (same `TypeId`), borrowed for this call.
-        Input::of(unsafe { &*(ptr as *const Tensor) })
+        Some(unsafe { &*(ptr as *const Tensor) })
     } else if id == TypeId::of::<&Tensor>() {
         // SAFETY: `T` is `&Tensor` (same `TypeId`), borrowed for this call.
-        Input::of(unsafe { *(ptr as *const &Tensor) })
+        Some(unsafe { *(ptr as *const &Tensor) })
     } else {
-        Input::default()
+        None
     }
 }
 
 /// Records that the tensors in `value` are being stored at `site` (a container).
-#[inline]
+#[inline(always)]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
+        if let Some(x) = as_tensor(value) {
+            return t.probe(x, site, true, 0);
+        }
         if !grads(value, &mut |x| t.probe(x, site, true, GRADIENT)) {
             visit(value, &mut |x| t.probe(x, site, true, 0));
         }

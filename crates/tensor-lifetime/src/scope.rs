@@ -162,11 +162,13 @@ impl Iteration<'_> {
 }
 
 impl Drop for Iteration<'_> {
+    #[inline]
     fn drop(&mut self) {
+        // First: the iteration end is then the last call (only `Frame::iteration` reads it).
+        self.frame.ended.store(self.index + 1, Ordering::Relaxed);
         if let Some((t, frame, outermost)) = self.frame.inner {
             t.end_iteration(frame, self.index, self.started_ns, outermost);
         }
-        self.frame.ended.store(self.index + 1, Ordering::Relaxed);
     }
 }
 

@@ -20,10 +20,11 @@ impl Tracker {
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         let scale = sample::scale();
         if scale != 0 {
-            if probe::sampled_out(t, scale) {
-                return;
+            if !probe::sampled_out(t, scale) {
+                self.note_sampled_probe();
+                self.record_probe(t, site, store, hint);
             }
-            self.note_sampled_probe();
+            return;
         }
         self.record_probe(t, site, store, hint);
     }
@@ -35,11 +36,20 @@ impl Tracker {
     pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
         let scale = sample::scale();
         if scale != 0 {
-            if probe::sampled_out(t, scale) {
-                return;
+            if !probe::sampled_out(t, scale) {
+                self.record_sampled_made(t, site, inputs);
             }
-            self.note_sampled_probe();
+            return;
         }
+        self.made_from(t, inputs);
+        self.record_probe(t, site, false, 0);
+    }
+
+    /// [`Tracker::probe_made`] of a tensor the sample keeps: out of line, so that a
+    /// binding's sampled-out path stays a few instructions.
+    #[inline(never)]
+    fn record_sampled_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
+        self.note_sampled_probe();
         self.made_from(t, inputs);
         self.record_probe(t, site, false, 0);
     }

@@ -36,6 +36,7 @@ pub struct Input {
 }
 
 impl Input {
+    #[inline]
     pub(crate) fn of(t: &Tensor) -> Input {
         Input {
             key: weak::key(t),

@@ -5,7 +5,7 @@
 
 use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
-use super::probe::{in_session, set_iteration, OpenLoop, LOCAL};
+use super::probe::{in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL};
 use super::sink::Printed;
 use super::sweep::{Parts, Walk};
 use super::{monitor, State, Tracker};
@@ -18,9 +18,23 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tensor_lifetime_report::event::Event;
 
-/// Sampled mode: quiet iteration ends in a row while records are alive (their deaths
-/// reach the judgement within this many iteration ends).
+/// Sampled mode: quiet iteration ends in a row while records are alive, after a full
+/// end that saw something change (a sampled probe, a death); the span doubles at each
+/// full end that saw nothing change, up to [`QUIET_SPAN_MAX`]: a death reaches the
+/// judgement within that many iteration ends.
 const QUIET_SPAN: u64 = 64;
+/// The longest span of quiet iteration ends while records are alive.
+const QUIET_SPAN_MAX: u64 = 1024;
+
+/// The quiet ends granted after a full end, given the previous span and whether that full
+/// end saw nothing change (see [`QUIET_SPAN`]).
+fn quiet_span(previous: u64, unchanged: bool) -> u64 {
+    if unchanged && previous >= QUIET_SPAN {
+        (previous * 2).min(QUIET_SPAN_MAX)
+    } else {
+        QUIET_SPAN
+    }
+}
 
 impl Tracker {
     pub(crate) fn new_session(&self) -> u64 {
@@ -47,7 +61,7 @@ impl Tracker {
         let watermark = weak::serial_watermark();
         let (parent, session, thread) = LOCAL
             .try_with(|l| {
-                let mut stack = l.stack.borrow_mut();
+                let mut stack = l.loops().borrow_mut();
                 let parent = stack.last().map(|open| (open.frame, open.iteration));
                 stack.push(OpenLoop {
                     frame,
@@ -111,6 +125,7 @@ impl Tracker {
     }
 
     /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    #[inline]
     pub(crate) fn end_iteration(
         &'static self,
         frame: u64,
@@ -118,12 +133,13 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
-        set_iteration(frame, iteration + 1);
         self.primary.set_iteration(frame, iteration + 1);
         let sampled = sample::sampled_mode() && !in_session();
         if sampled && self.quiet_end(frame) {
-            return;
+            // Written when this thread's loops are next read (a recorded probe, a full end).
+            return set_iteration_later(frame, iteration + 1);
         }
+        set_iteration(frame, iteration + 1);
         self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
     }
 
@@ -152,7 +168,12 @@ impl Tracker {
     /// after it.
     fn settle_quiet(&self, frame: u64, probes: u64, live: usize) {
         self.quiet_frame.store(frame, Ordering::Relaxed);
-        let left = if live == 0 { u64::MAX } else { QUIET_SPAN };
+        let live = live as u64;
+        let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
+        let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
+        let span = quiet_span(self.quiet_span.load(Ordering::Relaxed), unchanged);
+        self.quiet_span.store(span, Ordering::Relaxed);
+        let left = if live == 0 { u64::MAX } else { span };
         self.quiet_left.store(left, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
     }
@@ -215,7 +236,7 @@ impl Tracker {
     /// Closes `frame` (every path out of the loop).
     pub(crate) fn close_loop(&'static self, frame: u64, iterations: u64) {
         let _ = LOCAL.try_with(|l| {
-            let mut stack = l.stack.borrow_mut();
+            let mut stack = l.loops().borrow_mut();
             if let Some(pos) = stack.iter().rposition(|open| open.frame == frame) {
                 stack.truncate(pos);
             }
@@ -275,5 +296,26 @@ impl Tracker {
             return;
         }
         self.state.lock().parts.made_from.note(Input::of(t), inputs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The span doubles while nothing changes, up to its bound, and falls back to
+    /// `QUIET_SPAN` at the first change (a sampled probe, a death).
+    #[test]
+    fn the_quiet_span_doubles_while_nothing_changes() {
+        let mut span = quiet_span(0, false);
+        let mut spans = vec![span];
+        for _ in 0..6 {
+            span = quiet_span(span, true);
+            spans.push(span);
+        }
+        assert_eq!(spans, [64, 128, 256, 512, 1024, 1024, 1024]);
+        assert_eq!(quiet_span(span, false), QUIET_SPAN);
+        // Never more than the bound a death's delay is documented with.
+        assert!((0..64).all(|_| quiet_span(QUIET_SPAN_MAX, true) <= QUIET_SPAN_MAX));
     }
 }

@@ -219,6 +219,10 @@ pub(crate) struct Tracker {
     /// quiet: another frame's end (an enclosing loop's, after its nested loop's) has its
     /// own iterations to count and its own survivors to judge.
     quiet_frame: AtomicU64,
+    /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
+    /// records it left alive (the span doubles while neither changes).
+    quiet_span: AtomicU64,
+    quiet_live: AtomicU64,
 }
 
 /// [`Tracker::quiet_at`] when records are alive.
@@ -252,6 +256,8 @@ impl Tracker {
             quiet_at: AtomicU64::new(NOT_QUIET),
             quiet_left: AtomicU64::new(0),
             quiet_frame: AtomicU64::new(0),
+            quiet_span: AtomicU64::new(0),
+            quiet_live: AtomicU64::new(0),
         }
     }
 

@@ -32,13 +32,35 @@ pub(crate) struct SessionMark {
 
 pub(in crate::tracker) struct Local {
     pub(in crate::tracker) buf: Producer<Pending>,
-    /// Open loops on this thread, outermost first.
-    pub(in crate::tracker) stack: RefCell<Vec<OpenLoop>>,
+    /// Open loops on this thread, outermost first: read and written through
+    /// [`Local::loops`].
+    stack: RefCell<Vec<OpenLoop>>,
     pub(in crate::tracker) session: Cell<SessionMark>,
     pub(in crate::tracker) thread: u64,
 }
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+impl Local {
+    /// This thread's open loops, with the iteration a quiet iteration end left for later
+    /// ([`set_iteration_later`]) written in first.
+    #[inline]
+    pub(in crate::tracker) fn loops(&self) -> &RefCell<Vec<OpenLoop>> {
+        let (frame, iteration) = LATER.with(Cell::get);
+        if frame != 0 {
+            LATER.with(|later| later.set((0, 0)));
+            write_iteration(&self.stack, frame, iteration);
+        }
+        &self.stack
+    }
+}
+
+thread_local! {
+    /// The sampled mode's quiet iteration ends: the iteration of a loop of this thread
+    /// not yet written to its open loop (frame 0: none). A plain cell (no lazy state):
+    /// a quiet end writes two words.
+    static LATER: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
 
 thread_local! {
     pub(crate) static LOCAL: Local = {
@@ -95,18 +117,41 @@ pub(in crate::tracker) fn in_session() -> bool {
 }
 
 /// Sets this thread's iteration of `frame` (the innermost open loop of that frame).
+#[inline]
 pub(in crate::tracker) fn set_iteration(frame: u64, iteration: u64) {
+    let _ = LOCAL.try_with(|l| write_iteration(l.loops(), frame, iteration));
+}
+
+/// [`set_iteration`], written to the open loop when this thread's loops are next read
+/// ([`Local::loops`]): the sampled mode's quiet iteration end, which records nothing.
+#[inline]
+pub(in crate::tracker) fn set_iteration_later(frame: u64, iteration: u64) {
+    let (pending, _) = LATER.with(Cell::get);
+    if pending != frame && pending != 0 {
+        // Another loop's (a nested loop ended): written now.
+        write_later();
+    }
+    LATER.with(|later| later.set((frame, iteration)));
+}
+
+#[cold]
+#[inline(never)]
+fn write_later() {
     let _ = LOCAL.try_with(|l| {
-        if let Some(open) = l
-            .stack
-            .borrow_mut()
-            .iter_mut()
-            .rev()
-            .find(|f| f.frame == frame)
-        {
-            open.iteration = iteration;
-        }
+        l.loops();
     });
+}
+
+#[inline]
+fn write_iteration(stack: &RefCell<Vec<OpenLoop>>, frame: u64, iteration: u64) {
+    if let Some(open) = stack
+        .borrow_mut()
+        .iter_mut()
+        .rev()
+        .find(|f| f.frame == frame)
+    {
+        open.iteration = iteration;
+    }
 }
 
 /// What a task (a future that any thread may poll) carries of the per-thread state: the
@@ -141,7 +186,7 @@ impl TaskContext {
         let session = self.session;
         LOCAL
             .try_with(|l| {
-                let mut stack = l.stack.borrow_mut();
+                let mut stack = l.loops().borrow_mut();
                 let mark = stack.len();
                 stack.append(&mut self.frames);
                 let session = if session.session != 0 {
@@ -165,7 +210,7 @@ impl TaskContext {
         }
         let session = self.session;
         let _ = LOCAL.try_with(|l| {
-            let mut stack = l.stack.borrow_mut();
+            let mut stack = l.loops().borrow_mut();
             if entered.mark <= stack.len() {
                 self.frames.extend(stack.drain(entered.mark..));
             }
@@ -173,5 +218,46 @@ impl TaskContext {
                 l.session.set(entered.session);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen() -> Vec<(u64, u64)> {
+        LOCAL.with(|l| {
+            l.loops()
+                .borrow()
+                .iter()
+                .map(|o| (o.frame, o.iteration))
+                .collect()
+        })
+    }
+
+    /// A quiet end's iteration reaches the open loop when the loops are next read; a
+    /// quiet end of another loop writes the waiting one first; a full end's iteration
+    /// replaces a waiting one of its loop.
+    #[test]
+    fn a_later_iteration_is_written_when_the_loops_are_read() {
+        std::thread::spawn(|| {
+            LOCAL.with(|l| {
+                l.loops().borrow_mut().extend([7, 8].map(|frame| OpenLoop {
+                    frame,
+                    iteration: 0,
+                    watermark: 0,
+                }))
+            });
+            set_iteration_later(8, 2);
+            set_iteration_later(7, 3);
+            assert_eq!(LATER.with(Cell::get), (7, 3));
+            assert_eq!(seen(), [(7, 3), (8, 2)]);
+            assert_eq!(LATER.with(Cell::get), (0, 0));
+            set_iteration_later(8, 5);
+            set_iteration(8, 9);
+            assert_eq!(seen(), [(7, 3), (8, 9)]);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -9,7 +9,9 @@ mod local;
 mod observe;
 
 pub(in crate::tracker) use birth::{Birth, PrimaryLoop};
-pub(in crate::tracker) use local::{in_session, set_iteration, OpenLoop, LOCAL};
+pub(in crate::tracker) use local::{
+    in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL,
+};
 pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub(in crate::tracker) use observe::{Observed, View};
 
@@ -166,7 +168,7 @@ pub(in crate::tracker) fn enter(
         } else {
             0
         };
-        let stack = local.stack.borrow();
+        let stack = local.loops().borrow();
         // Born in the innermost open loop that existed when it was created: a
         // tensor first seen in a loop but created before it (weights, a dataset)
         // was not born there.
