@@ -158,9 +158,7 @@ impl Frames {
         frame.iterations = frame.iterations.max(iteration.saturating_add(1));
         let by_site = SiteLookup::new(sites);
         for s in sites {
-            frame
-                .series
-                .insert_with(s.site, || Series::starting(iteration, s));
+            frame.series.start(iteration, s);
         }
         // This level's highs before this iteration (count and bytes), for the growth of
         // nested frames.

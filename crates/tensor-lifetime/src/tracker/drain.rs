@@ -15,15 +15,13 @@ use tensor_lifetime_report::event::Event;
 
 impl Tracker {
     /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
-    /// the sample leaves out ([`probe::sampled_out`]) costs only that test.
+    /// the sample leaves out ([`Tracker::sampled_in`]) costs only that test. Inlined in
+    /// every probe: exact mode reads one flag here, the rest is out of line.
     #[inline(always)]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         let scale = sample::scale();
-        if scale != 0 {
-            if probe::sampled_out(t, scale) {
-                return;
-            }
-            self.note_sampled_probe();
+        if scale != 0 && !self.sampled_in(t, scale) {
+            return;
         }
         self.record_probe(t, site, store, hint);
     }
@@ -34,14 +32,23 @@ impl Tracker {
     #[inline(always)]
     pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
         let scale = sample::scale();
-        if scale != 0 {
-            if probe::sampled_out(t, scale) {
-                return;
-            }
-            self.note_sampled_probe();
+        if scale != 0 && !self.sampled_in(t, scale) {
+            return;
         }
         self.made_from(t, inputs);
         self.record_probe(t, site, false, 0);
+    }
+
+    /// Sampled mode (at `scale`, not 0): whether the probe of `t` is recorded; counts it
+    /// if so (the next iteration end is a full one), else the sample leaves it out
+    /// ([`probe::sampled_out`]). Out of line, so that the probes' inlined code stays small.
+    #[inline(never)]
+    fn sampled_in(&self, t: &Tensor, scale: u64) -> bool {
+        if probe::sampled_out(t, scale) {
+            return false;
+        }
+        self.note_sampled_probe();
+        true
     }
 
     /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
