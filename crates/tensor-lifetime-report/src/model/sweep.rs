@@ -53,7 +53,8 @@ impl Clone for SiteSweep {
         out
     }
 
-    #[inline]
+    // Inlined always: the analysis calls it at every iteration end, once per site.
+    #[inline(always)]
     fn clone_from(&mut self, source: &Self) {
         let SiteSweep {
             site,

@@ -186,14 +186,14 @@ impl Tracker {
             monitor::tick(devices, sink, t_ns);
             st.parts.sink.declare_call_paths();
             let mut roles = st.parts.roles.iteration_end();
-            if sampled {
-                self.settle_quiet(probes, st.parts.registry.len());
-            }
             timed(HotPhase::Analysis, || {
                 let State { parts, sweeper, .. } = &mut *st;
-                if let Some(interval) = sampled.then(sample::interval).flatten() {
-                    sample::scale_sites(sweeper.sites_mut());
-                    parts.sink.sampled(interval);
+                if sampled {
+                    self.settle_quiet(probes, parts.registry.len());
+                    if let Some(interval) = sample::interval() {
+                        sample::scale_sites(sweeper.sites_mut());
+                        parts.sink.sampled(interval);
+                    }
                 }
                 parts.sink.iteration_end(
                     (t_ns, duration_ns),

@@ -339,6 +339,27 @@ impl Sweeper {
         &mut self.scratch.sites
     }
 
+    /// Whether a sweep built the claims table.
+    #[cfg(test)]
+    pub(in crate::tracker) fn claims_built(&self) -> bool {
+        !self.claims.is_empty()
+    }
+
+    /// A storage address other than `storage` whose bit in a walk's bitmap is the same.
+    #[cfg(test)]
+    pub(in crate::tracker) fn colliding_storage(storage: usize) -> usize {
+        let mut first = StorageBits::default();
+        first.insert(storage);
+        (1..)
+            .map(|i| storage + 16 * i)
+            .find(|&other| {
+                let mut bits = first;
+                bits.insert(other);
+                bits.collisions != 0
+            })
+            .expect("an address with the same bit")
+    }
+
     /// The latest sweep's per-site summaries.
     #[cfg(test)]
     pub(in crate::tracker) fn sites(&self) -> &[SiteSweep] {
@@ -512,7 +533,7 @@ fn claim(claims: &mut FastMap<usize, Claim>, r: &Record) {
 /// A 512-bit set of hashed storage addresses, and the first addresses whose bit was set
 /// already: tells that up to [`StorageBits::MAX`] storages are distinct without a hash
 /// table. A collision may be a false alarm; only its address can be a repeat.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct StorageBits {
     bits: [u64; 8],
     repeats: [usize; 4],
