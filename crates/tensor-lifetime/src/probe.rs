@@ -27,7 +27,12 @@ use tensor_lifetime_report::Role;
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
-            visit(value, &mut |x| t.probe(x, site, false, 0));
+            // The sampled mode is asked once per value (`Tracker::samples`).
+            if t.samples() {
+                visit(value, &mut |x| t.probe(x, site, false, 0));
+            } else {
+                visit(value, &mut |x| t.record_probe(x, site, false, 0));
+            }
         }
     }
 }
@@ -42,7 +47,11 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
     }
     if let Some(t) = tracker::active() {
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
-            visit(value, &mut |x| t.probe_made(x, site, inputs));
+            if t.samples() {
+                visit(value, &mut |x| t.probe_made(x, site, inputs));
+            } else {
+                visit(value, &mut |x| t.record_made(x, site, inputs));
+            }
         }
     }
 }
@@ -72,7 +81,11 @@ pub fn input<T: ?Sized>(value: &T) -> Input {
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
     if let Some(t) = tracker::active() {
         if !grads(value, &mut |x| t.probe(x, site, true, GRADIENT)) {
-            visit(value, &mut |x| t.probe(x, site, true, 0));
+            if t.samples() {
+                visit(value, &mut |x| t.probe(x, site, true, 0));
+            } else {
+                visit(value, &mut |x| t.record_probe(x, site, true, 0));
+            }
         }
     }
 }

@@ -14,14 +14,24 @@ use std::fmt::Write as _;
 use tensor_lifetime_report::event::Event;
 
 impl Tracker {
+    /// Whether the probes are sampled now ([`sample::scale`]). The probes of a value ask
+    /// once, then call [`Tracker::probe`] (sampled) or [`Tracker::record_probe`] (exact)
+    /// per tensor: exact mode's per-tensor code has no test of the sample.
+    #[inline(always)]
+    pub(crate) fn samples(&self) -> bool {
+        sample::scale() != 0
+    }
+
     /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
-    /// the sample leaves out ([`Tracker::sampled_in`]) costs only that test. Inlined in
-    /// every probe: exact mode reads one flag here, the rest is out of line.
+    /// the sample leaves out ([`probe::sampled_out`]) costs only that test.
     #[inline(always)]
     pub(crate) fn probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
         let scale = sample::scale();
-        if scale != 0 && !self.sampled_in(t, scale) {
-            return;
+        if scale != 0 {
+            if probe::sampled_out(t, scale) {
+                return;
+            }
+            self.note_sampled_probe();
         }
         self.record_probe(t, site, store, hint);
     }
@@ -32,30 +42,33 @@ impl Tracker {
     #[inline(always)]
     pub(crate) fn probe_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
         let scale = sample::scale();
-        if scale != 0 && !self.sampled_in(t, scale) {
-            return;
+        if scale != 0 {
+            if probe::sampled_out(t, scale) {
+                return;
+            }
+            self.note_sampled_probe();
         }
-        self.made_from(t, inputs);
-        self.record_probe(t, site, false, 0);
+        self.record_made(t, site, inputs);
     }
 
-    /// Sampled mode (at `scale`, not 0): whether the probe of `t` is recorded; counts it
-    /// if so (the next iteration end is a full one), else the sample leaves it out
-    /// ([`probe::sampled_out`]). Out of line, so that the probes' inlined code stays small.
-    #[inline(never)]
-    fn sampled_in(&self, t: &Tensor, scale: u64) -> bool {
-        if probe::sampled_out(t, scale) {
-            return false;
-        }
-        self.note_sampled_probe();
-        true
+    /// [`Tracker::probe_made`] without the sample's test (exact mode).
+    #[inline(always)]
+    pub(crate) fn record_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
+        self.made_from(t, inputs);
+        self.record_probe(t, site, false, 0);
     }
 
     /// Records a tensor seen at `site` (a binding, or a store when `store`) with the
     /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
     /// one copy of it for all of a loop body's probes.
     #[inline(never)]
-    fn record_probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+    pub(crate) fn record_probe(
+        &'static self,
+        t: &Tensor,
+        site: &'static Site,
+        store: bool,
+        hint: u8,
+    ) {
         timed(HotPhase::Probe, || {
             probe::enter(
                 t,
