@@ -297,3 +297,58 @@ mod pprof_replay {
         assert!(!r.reached());
     }
 }
+
+mod loops {
+    use super::*;
+    use tensor_lifetime_report::report::LoopSummary;
+
+    /// (runs, iterations, running) of each loop, by name.
+    fn summaries(report: &Report) -> Vec<(String, u64, u64, u64)> {
+        let mut out: Vec<_> = (report.loops.iter())
+            .map(|l: &LoopSummary| (l.name.clone(), l.runs, l.iterations, l.running))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_loop_summary_counts_the_iterations_of_its_ended_and_running_frames() {
+        // 3 epochs of 4 batches; a report after the 6th iteration end: the first batch
+        // loop ended (4), the second ran 1, the epoch loop ended 1.
+        let cfg = SynthLoop::leaky(3, 4);
+        let mut a = Analysis::default();
+        let (mut ends, mut during) = (0, None);
+        synth::generate(&cfg, |e| {
+            a.apply(&e);
+            if matches!(e, Event::IterationEnd { .. }) {
+                ends += 1;
+                if ends == 6 {
+                    during = Some(a.report());
+                }
+            }
+        });
+        let during = summaries(&during.expect("a 6th iteration end"));
+        let batch = during
+            .iter()
+            .find(|l| l.0 != "'epoch")
+            .expect("the batch loop");
+        assert_eq!((batch.1, batch.2, batch.3), (2, 5, 1), "{during:?}");
+        let epoch = during
+            .iter()
+            .find(|l| l.0 == "'epoch")
+            .expect("the epoch loop");
+        assert_eq!((epoch.1, epoch.2, epoch.3), (1, 1, 1), "{during:?}");
+        // At the end: every frame closed, every iteration counted once.
+        let after = summaries(&a.report());
+        let batch = after
+            .iter()
+            .find(|l| l.0 != "'epoch")
+            .expect("the batch loop");
+        assert_eq!((batch.1, batch.2, batch.3), (3, 12, 0), "{after:?}");
+        let epoch = after
+            .iter()
+            .find(|l| l.0 == "'epoch")
+            .expect("the epoch loop");
+        assert_eq!((epoch.1, epoch.2, epoch.3), (1, 3, 0), "{after:?}");
+    }
+}
