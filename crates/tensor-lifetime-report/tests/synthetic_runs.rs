@@ -297,3 +297,41 @@ mod pprof_replay {
         assert!(!r.reached());
     }
 }
+
+mod loops {
+    use super::*;
+    use tensor_lifetime_report::report::LoopSummary;
+
+    /// (runs, iterations, running) of the `'epoch` loop and of the batch loop.
+    fn summaries(report: &Report) -> [(u64, u64, u64); 2] {
+        let of = |epoch: bool| {
+            let l: &LoopSummary = (report.loops.iter())
+                .find(|l| (l.name == "'epoch") == epoch)
+                .unwrap_or_else(|| panic!("no such loop: {:?}", report.loops));
+            (l.runs, l.iterations, l.running)
+        };
+        [of(true), of(false)]
+    }
+
+    #[test]
+    fn a_loop_summary_counts_the_iterations_of_its_ended_and_running_frames() {
+        // 3 epochs of 4 batches; a report after the 6th iteration end: the first batch
+        // loop ended (4), the second ran 1, the epoch loop ended 1.
+        let cfg = SynthLoop::leaky(3, 4);
+        let mut a = Analysis::default();
+        let (mut ends, mut during) = (0, None);
+        synth::generate(&cfg, |e| {
+            a.apply(&e);
+            if matches!(e, Event::IterationEnd { .. }) {
+                ends += 1;
+                if ends == 6 {
+                    during = Some(a.report());
+                }
+            }
+        });
+        let during = summaries(&during.expect("a 6th iteration end"));
+        assert_eq!(during, [(1, 1, 1), (2, 5, 1)]);
+        // At the end: every frame closed, every iteration counted once.
+        assert_eq!(summaries(&a.report()), [(1, 3, 0), (3, 12, 0)]);
+    }
+}

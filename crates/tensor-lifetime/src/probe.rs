@@ -30,7 +30,12 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
             return t.probe(x, site, false, 0);
         }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
-            visit(value, &mut |x| t.probe(x, site, false, 0));
+            // The sampled mode is asked once per value (`Tracker::samples`).
+            if t.samples() {
+                visit(value, &mut |x| t.probe(x, site, false, 0));
+            } else {
+                visit(value, &mut |x| t.record_probe(x, site, false, 0));
+            }
         }
     }
 }
@@ -48,7 +53,11 @@ pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
             return t.probe_made(x, site, inputs);
         }
         if !grads(value, &mut |x| t.probe(x, site, false, GRADIENT)) {
-            visit(value, &mut |x| t.probe_made(x, site, inputs));
+            if t.samples() {
+                visit(value, &mut |x| t.probe_made(x, site, inputs));
+            } else {
+                visit(value, &mut |x| t.record_made(x, site, inputs));
+            }
         }
     }
 }
@@ -89,7 +98,11 @@ pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
             return t.probe(x, site, true, 0);
         }
         if !grads(value, &mut |x| t.probe(x, site, true, GRADIENT)) {
-            visit(value, &mut |x| t.probe(x, site, true, 0));
+            if t.samples() {
+                visit(value, &mut |x| t.probe(x, site, true, 0));
+            } else {
+                visit(value, &mut |x| t.record_probe(x, site, true, 0));
+            }
         }
     }
 }

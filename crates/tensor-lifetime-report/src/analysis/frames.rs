@@ -31,6 +31,9 @@ struct Frame {
     session: u64,
     judgement: Judgement,
     iterations: u64,
+    /// Iteration ends not yet in the loop's summary: added when the frame ends, and by
+    /// [`Frames::loops`] (no lookup of the summary at every iteration end).
+    uncounted: u64,
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict)>,
@@ -88,9 +91,15 @@ impl Frames {
         self.open.get(&frame).map(|f| f.name.as_str())
     }
 
-    /// Every loop's summary, by loop site.
-    pub(super) fn loops(&self) -> &BTreeMap<u32, LoopSummary> {
-        &self.loops
+    /// Every loop's summary, by loop site, its open frames' iterations included.
+    pub(super) fn loops(&self) -> BTreeMap<u32, LoopSummary> {
+        let mut loops = self.loops.clone();
+        for frame in self.open.values() {
+            if let Some(summary) = loops.get_mut(&frame.site) {
+                summary.iterations += frame.uncounted;
+            }
+        }
+        loops
     }
 
     /// A frame opened: `note` is its loop site's.
@@ -132,6 +141,7 @@ impl Frames {
                 session,
                 judgement,
                 iterations: 0,
+                uncounted: 0,
                 series: SeriesBySite::default(),
                 pending: Vec::new(),
                 warmup_growth: Vec::new(),
@@ -158,9 +168,7 @@ impl Frames {
         frame.iterations = frame.iterations.max(iteration.saturating_add(1));
         let by_site = SiteLookup::new(sites);
         for s in sites {
-            frame
-                .series
-                .insert_with(s.site, || Series::starting(iteration, s));
+            frame.series.start(iteration, s);
         }
         // This level's highs before this iteration (count and bytes), for the growth of
         // nested frames.
@@ -215,9 +223,7 @@ impl Frames {
                 }
             }
         }
-        if let Some(summary) = self.loops.get_mut(&frame.site) {
-            summary.iterations += 1;
-        }
+        frame.uncounted += 1;
     }
 
     /// A frame closed.
@@ -227,6 +233,7 @@ impl Frames {
         };
         if let Some(summary) = self.loops.get_mut(&frame.site) {
             summary.running = summary.running.saturating_sub(1);
+            summary.iterations += frame.uncounted;
         }
         let j = frame.judgement;
         // An outermost loop that ended within its warm-up (one epoch): the growth of its

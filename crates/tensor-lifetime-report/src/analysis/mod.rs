@@ -369,10 +369,10 @@ impl Analysis {
         let loops = self
             .frames
             .loops()
-            .iter()
+            .into_iter()
             .map(|(site, l)| LoopSummary {
-                site: Some(self.catalog.site_ref(*site)),
-                ..l.clone()
+                site: Some(self.catalog.site_ref(site)),
+                ..l
             })
             .collect();
         let mut report = Report {

@@ -9,23 +9,22 @@ use crate::model::SiteSweep;
 /// Survivor counts of one site in one loop frame, summarized.
 #[derive(Debug, Clone, Default)]
 pub struct Series {
-    /// Highest count so far and the count at the latest sweep.
+    /// Highest count so far (the count at the latest sweep is `last.survivors`).
     pub(super) max: u64,
-    current: u64,
     /// The growth events: iterations after the warm-up whose count made a new high.
     growth: Growth,
     /// The highest count before the latest growth event.
     plateau: u64,
-    /// The same for the bytes, whose growth events are those of iterations whose count
-    /// made no new high (the rule on bytes, [`super::growth`]).
+    /// The same for the bytes (now: `last.bytes`), whose growth events are those of
+    /// iterations whose count made no new high (the rule on bytes, [`super::growth`]).
     pub(super) bytes_max: u64,
-    bytes_current: u64,
     bytes_growth: Growth,
     bytes_plateau: u64,
     /// The first sweep seen, to compute bytes per iteration.
     pub(super) first: SiteSweep,
     pub(super) first_iteration: u64,
-    /// The latest sweep of this site in this frame.
+    /// The latest sweep of this site in this frame (none at the latest iteration end:
+    /// no survivors, no holders, graph or views; the rest as it was).
     pub(super) last: SiteSweep,
 }
 
@@ -58,8 +57,6 @@ impl Series {
             }
             self.bytes_max = bytes;
         }
-        self.current = count;
-        self.bytes_current = bytes;
         match sweep {
             // `clone_from`: the holders' allocation is reused at every iteration end.
             Some(s) => self.last.clone_from(s),
@@ -80,14 +77,14 @@ impl Series {
     pub fn growing(&self, iteration: u64, j: &Judgement) -> bool {
         // A count back at or under the level it had before the latest growth event is
         // not growing: a bounded queue that filled late and is draining.
-        self.current > self.plateau && self.growth.holds(iteration, j.k, Window::MeanGap)
+        self.last.survivors > self.plateau && self.growth.holds(iteration, j.k, Window::MeanGap)
     }
 
     /// The rule on bytes (see the module docs of [`super::growth`]) at `iteration`: the
     /// survivors are replaced by larger ones, iteration after iteration.
     pub fn growing_bytes(&self, iteration: u64, j: &Judgement) -> bool {
         let since = j.warmup.max(self.first_iteration);
-        self.bytes_current > self.bytes_plateau
+        self.last.bytes > self.bytes_plateau
             && self.bytes_growth.holds(iteration, j.k, Window::MeanGap)
             && self.bytes_growth.steady(iteration, since)
     }
@@ -106,11 +103,20 @@ impl SeriesBySite {
             .map(|i| &self.0[i].1)
     }
 
-    /// Adds `site`'s series made by `make` if it has none.
-    pub(super) fn insert_with(&mut self, site: u32, make: impl FnOnce() -> Series) {
-        if let Err(i) = self.0.binary_search_by_key(&site, |(s, _)| *s) {
-            self.0.insert(i, (site, make()));
+    /// Adds a series for the site of `first`, starting there at `iteration`, if it has
+    /// none. Inlined, a search; the rare insertion is out of line.
+    #[inline]
+    pub(super) fn start(&mut self, iteration: u64, first: &SiteSweep) {
+        if let Err(i) = self.0.binary_search_by_key(&first.site, |(s, _)| *s) {
+            self.insert(i, iteration, first);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn insert(&mut self, i: usize, iteration: u64, first: &SiteSweep) {
+        let series = Series::starting(iteration, first);
+        self.0.insert(i, (first.site, series));
     }
 }
 

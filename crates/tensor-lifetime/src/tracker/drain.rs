@@ -14,6 +14,14 @@ use std::fmt::Write as _;
 use tensor_lifetime_report::event::Event;
 
 impl Tracker {
+    /// Whether the probes are sampled now ([`sample::scale`]). The probes of a value ask
+    /// once, then call [`Tracker::probe`] (sampled) or [`Tracker::record_probe`] (exact)
+    /// per tensor: exact mode's per-tensor code has no test of the sample.
+    #[inline(always)]
+    pub(crate) fn samples(&self) -> bool {
+        sample::scale() != 0
+    }
+
     /// A probe of `t` at `site` ([`Tracker::record_probe`]). In sampled mode a tensor
     /// the sample leaves out ([`probe::sampled_out`]) costs only that test.
     #[inline(always)]
@@ -41,6 +49,12 @@ impl Tracker {
             }
             return;
         }
+        self.record_made(t, site, inputs);
+    }
+
+    /// [`Tracker::probe_made`] without the sample's test (exact mode).
+    #[inline(always)]
+    pub(crate) fn record_made(&'static self, t: &Tensor, site: &'static Site, inputs: &[Input]) {
         self.made_from(t, inputs);
         self.record_probe(t, site, false, 0);
     }
@@ -58,7 +72,13 @@ impl Tracker {
     /// role byte `hint` (0: none; else the site's role, [`roles::hint`]). Out of line:
     /// one copy of it for all of a loop body's probes.
     #[inline(never)]
-    fn record_probe(&'static self, t: &Tensor, site: &'static Site, store: bool, hint: u8) {
+    pub(crate) fn record_probe(
+        &'static self,
+        t: &Tensor,
+        site: &'static Site,
+        store: bool,
+        hint: u8,
+    ) {
         timed(HotPhase::Probe, || {
             probe::enter(
                 t,

@@ -124,7 +124,8 @@ impl Tracker {
         })
     }
 
-    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep.
+    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep. Of the
+    /// sampled mode, the exact mode's path reads one flag ([`sample::sampled_mode`]).
     #[inline]
     pub(crate) fn end_iteration(
         &'static self,
@@ -178,9 +179,9 @@ impl Tracker {
         self.quiet_at.store(probes, Ordering::Relaxed);
     }
 
-    /// The sweep and the judgement of [`Tracker::end_iteration`]: out of line, so that a
-    /// quiet end of the sampled mode pays for none of it.
-    #[inline(never)]
+    /// The sweep and the judgement of [`Tracker::end_iteration`], with the sampled mode's
+    /// steps when `sampled`: one copy, inlined into its one caller.
+    #[inline(always)]
     fn end_iteration_full(
         &'static self,
         frame: u64,
@@ -190,7 +191,12 @@ impl Tracker {
         sampled: bool,
     ) {
         timed(HotPhase::EndIteration, || {
-            let probes = self.sampled_probes.load(Ordering::Relaxed);
+            // (An atomic load is not removed when unused: read only when it is used.)
+            let probes = if sampled {
+                self.sampled_probes.load(Ordering::Relaxed)
+            } else {
+                0
+            };
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));
             let t_ns = self.stamp();
@@ -205,14 +211,14 @@ impl Tracker {
             monitor::tick(devices, sink, t_ns);
             st.parts.sink.declare_call_paths();
             let mut roles = st.parts.roles.iteration_end();
-            if sampled {
-                self.settle_quiet(frame, probes, st.parts.registry.len());
-            }
             timed(HotPhase::Analysis, || {
                 let State { parts, sweeper, .. } = &mut *st;
-                if let (true, Some(interval)) = (sampled, sample::interval()) {
-                    sample::scale_sites(sweeper.sites_mut());
-                    parts.sink.sampled(interval);
+                if sampled {
+                    self.settle_quiet(frame, probes, parts.registry.len());
+                    if let Some(interval) = sample::interval() {
+                        sample::scale_sites(sweeper.sites_mut());
+                        parts.sink.sampled(interval);
+                    }
                 }
                 parts.sink.iteration_end(
                     (t_ns, duration_ns),

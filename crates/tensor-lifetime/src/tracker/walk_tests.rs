@@ -1,10 +1,11 @@
 //! The walk's rules on a plain [`State`] with real (CPU) tensors, no tracker: a dead
-//! record is removed and counted, a shared storage counts once for its oldest record, the
+//! record is removed and counted, a shared storage counts once for its oldest record (and
+//! distinct storages need no claims table, even when their bits collide), the
 //! survivors of the ending frame (and only they) are summarized, and a partial walk of
 //! old records says what an exact one says.
 
 use super::registry::tests::record;
-use super::sweep::Walk;
+use super::sweep::{Sweeper, Walk};
 use super::State;
 use candle_core::{DType, Device, Tensor};
 use tensor_lifetime_report::event::{HolderSpec, SiteSweep};
@@ -92,6 +93,24 @@ fn a_shared_storage_counts_once_for_its_oldest_record() {
         assert_eq!(view.holders[0].holder, HolderSpec::View { site: 1 });
         assert_eq!(view.holders[0].count, pairs as u64);
     }
+}
+
+#[test]
+fn distinct_storages_whose_bits_collide_need_no_claims_table() {
+    let mut st = State::new(None, usize::MAX);
+    let ts: Vec<Tensor> = (0..2).map(|_| tensor()).collect();
+    let storage = 0x1000;
+    let other = Sweeper::colliding_storage(storage);
+    add(&mut st, &ts[0], 1, 1, 0, Some(storage));
+    add(&mut st, &ts[1], 1, 1, 0, Some(other));
+    let res = st.sweep(end(1), 0, false);
+    // Each owns its storage: both counted, no view, and the false alarm of the bitmap
+    // built no claims table.
+    assert_eq!((res.live_tensors, res.live_bytes), (2, 2 * BYTES));
+    let s = summary(&st, 1);
+    assert_eq!(s.bytes, 2 * BYTES);
+    assert_eq!(s.holders[0].holder, HolderSpec::Unknown);
+    assert!(!st.sweeper.claims_built());
 }
 
 #[test]

@@ -339,6 +339,27 @@ impl Sweeper {
         &mut self.scratch.sites
     }
 
+    /// Whether a sweep built the claims table.
+    #[cfg(test)]
+    pub(in crate::tracker) fn claims_built(&self) -> bool {
+        !self.claims.is_empty()
+    }
+
+    /// A storage address other than `storage` whose bit in a walk's bitmap is the same.
+    #[cfg(test)]
+    pub(in crate::tracker) fn colliding_storage(storage: usize) -> usize {
+        let mut first = StorageBits::default();
+        first.insert(storage);
+        (1..)
+            .map(|i| storage + 16 * i)
+            .find(|&other| {
+                let mut bits = first;
+                bits.insert(other);
+                bits.collisions != 0
+            })
+            .expect("an address with the same bit")
+    }
+
     /// The latest sweep's per-site summaries.
     #[cfg(test)]
     pub(in crate::tracker) fn sites(&self) -> &[SiteSweep] {
@@ -352,7 +373,7 @@ impl Sweeper {
 
     /// Claims each live storage for its oldest record (the dead ones are gone), then
     /// [`Sweeper::tally_claims`]. Out of line: a sweep of a few records needs it only
-    /// when the bitmap of their storages had a collision.
+    /// when two of them share a storage.
     #[inline(never)]
     fn claim_storages(&mut self, p: &mut Parts) -> u64 {
         self.build_claims(&p.registry);
@@ -436,10 +457,11 @@ impl Sweeper {
         let mut live_bytes = 0;
         // The storages of a few live records are usually distinct: a bitmap of their
         // hashed addresses shows it during the walk, each record then owns its storage,
-        // and the claims table is built only when the bitmap has a collision. Many
-        // records build it in the walk (one pass over them).
+        // and the claims table is built only when two of them share one (a collision in
+        // the bitmap is checked after the walk: most are false alarms). Many records
+        // build it in the walk (one pass over them).
         let few = total <= StorageBits::MAX;
-        let mut distinct = few.then(StorageBits::default);
+        let mut storages = few.then(StorageBits::default);
         let mut claims = if few {
             None
         } else {
@@ -457,19 +479,18 @@ impl Sweeper {
             visit.live(*key, r, refcount);
             if let Some(c) = claims.as_deref_mut() {
                 claim(c, r);
-            } else if let Some(bits) = distinct.as_mut() {
-                if bits.insert(r.storage) {
-                    live_bytes += r.storage_bytes;
-                    visit.owns(devices, r);
-                } else {
-                    distinct = None;
-                }
+            } else if let Some(bits) = storages.as_mut() {
+                bits.insert(r.storage);
+                live_bytes += r.storage_bytes;
+                visit.owns(devices, r);
             }
             true
         });
         let dropped = visit.dropped;
         p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
-        let shared = !few || distinct.is_none();
+        let shared = storages
+            .as_ref()
+            .is_none_or(|bits| bits.shared(&p.registry));
         if !few {
             live_bytes = self.tally_claims(p);
         } else if shared {
@@ -509,22 +530,49 @@ fn claim(claims: &mut FastMap<usize, Claim>, r: &Record) {
         .or_insert_with(|| Claim::of(r));
 }
 
-/// A 512-bit set of hashed storage addresses: tells that up to [`StorageBits::MAX`]
-/// storages are distinct without a hash table (a collision may be a false alarm).
-#[derive(Default)]
-struct StorageBits([u64; 8]);
+/// A 512-bit set of hashed storage addresses, and the first addresses whose bit was set
+/// already: tells that up to [`StorageBits::MAX`] storages are distinct without a hash
+/// table. A collision may be a false alarm; only its address can be a repeat.
+#[derive(Default, Clone, Copy)]
+struct StorageBits {
+    bits: [u64; 8],
+    repeats: [usize; 4],
+    collisions: usize,
+}
 
 impl StorageBits {
     /// Beyond this many records a collision is likely: the claims table is built.
     const MAX: usize = 48;
 
-    /// Adds `storage`; false when its bit was set already.
+    /// Adds `storage`.
     #[inline]
-    fn insert(&mut self, storage: usize) -> bool {
+    fn insert(&mut self, storage: usize) {
         let h = (storage as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55;
         let (word, bit) = ((h >> 6) as usize, 1u64 << (h & 63));
-        let new = self.0[word] & bit == 0;
-        self.0[word] |= bit;
-        new
+        if self.bits[word] & bit != 0 {
+            if let Some(slot) = self.repeats.get_mut(self.collisions) {
+                *slot = storage;
+            }
+            self.collisions += 1;
+        }
+        self.bits[word] |= bit;
+    }
+
+    /// Whether two of the records added, those of `registry`, share a storage.
+    #[inline]
+    fn shared(&self, registry: &Registry) -> bool {
+        self.collisions != 0 && self.repeated(registry)
+    }
+
+    /// [`StorageBits::shared`] after a collision: whether a colliding address is that of
+    /// two records (with more collisions than addresses kept: assumed so).
+    #[cold]
+    fn repeated(&self, registry: &Registry) -> bool {
+        let Some(repeats) = self.repeats.get(..self.collisions) else {
+            return true;
+        };
+        repeats
+            .iter()
+            .any(|&s| registry.iter().filter(|r| r.storage == s).nth(1).is_some())
     }
 }
