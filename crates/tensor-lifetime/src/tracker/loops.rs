@@ -124,8 +124,10 @@ impl Tracker {
         })
     }
 
-    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep. Of the
-    /// sampled mode, the exact mode's path reads one flag ([`sample::sampled_mode`]).
+    /// Ends iteration `iteration` of `frame` (started at `started_ns`): the sweep. Inlined
+    /// into the loop: the exact mode reads one flag ([`sample::sampled_mode`]) and calls
+    /// [`Tracker::end_iteration_now`]; a quiet end of the sampled mode returns here, with
+    /// none of the full end's registers to save.
     #[inline]
     pub(crate) fn end_iteration(
         &'static self,
@@ -134,13 +136,27 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
-        self.primary.set_iteration(frame, iteration + 1);
-        let sampled = sample::sampled_mode() && !in_session();
-        if sampled && self.quiet_end(frame) {
+        if sample::sampled_mode() && !in_session() && self.quiet_end(frame) {
+            self.primary.set_iteration(frame, iteration + 1);
             // Written when this thread's loops are next read (a recorded probe, a full end).
             return set_iteration_later(frame, iteration + 1);
         }
+        self.end_iteration_now(frame, iteration, started_ns, outermost);
+    }
+
+    /// The iteration end that is not quiet: the sweep and the judgement, out of the loop's
+    /// code.
+    #[inline(never)]
+    fn end_iteration_now(
+        &'static self,
+        frame: u64,
+        iteration: u64,
+        started_ns: u64,
+        outermost: bool,
+    ) {
         set_iteration(frame, iteration + 1);
+        self.primary.set_iteration(frame, iteration + 1);
+        let sampled = sample::sampled_mode() && !in_session();
         self.end_iteration_full(frame, iteration, started_ns, outermost, sampled);
     }
 

@@ -128,7 +128,7 @@ impl Rings {
 /// record, no graph input and no holder.
 #[inline(always)]
 pub(in crate::tracker) fn sampled_out(t: &Tensor, scale: u64) -> bool {
-    crate::sample::skips(scale, weak::serial(t), own_bytes(t))
+    crate::sample::skips(scale, weak::serial(t), own_bytes::<true>(t))
         && weak::weak_count(t) == 0
         && !in_session()
 }
@@ -203,7 +203,7 @@ pub(in crate::tracker) fn enter(
                 first,
                 role: roles::at_probe(t, hint, site.role),
                 path: crate::call_path::current(),
-                bytes: own_bytes(t),
+                bytes: own_bytes::<false>(t),
                 logged,
             },
             &RINGS.buffers,
