@@ -60,6 +60,27 @@ pub struct Allocated {
     pub tensors: u64,
 }
 
+impl Allocated {
+    /// What every site of `catalog` made so far, by site, with the call path `path` gives
+    /// each site: the profile's allocated samples, from a log or in process alike.
+    pub fn by_site(
+        catalog: &crate::analysis::Catalog,
+        path: impl Fn(u32) -> Vec<CallFrame>,
+    ) -> Vec<Allocated> {
+        let mut births: Vec<_> = catalog.births_by_site().collect();
+        births.sort_unstable_by_key(|(site, _)| *site);
+        births
+            .into_iter()
+            .map(|(site, b)| Allocated {
+                site: catalog.site_ref(site),
+                call_path: path(site),
+                bytes: b.bytes,
+                tensors: b.tensors,
+            })
+            .collect()
+    }
+}
+
 /// What was live at one moment and what was born until then.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveProfile {

@@ -250,17 +250,7 @@ impl LiveReplay {
             })
             .collect();
         live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
-        let mut births: Vec<_> = catalog.births_by_site().collect();
-        births.sort_unstable_by_key(|(site, _)| *site);
-        let allocated = births
-            .into_iter()
-            .map(|(site, b)| Allocated {
-                site: catalog.site_ref(site),
-                call_path: path(site),
-                bytes: b.bytes,
-                tensors: b.tensors,
-            })
-            .collect();
+        let allocated = Allocated::by_site(catalog, path);
         let start_ns = i64::try_from(self.started_unix_ms)
             .unwrap_or(0)
             .saturating_mul(1_000_000);

@@ -59,20 +59,12 @@ pub(super) fn live_profile(
     for h in &holdings {
         paths.entry(h.record.site).or_insert(h.record.path);
     }
-    let mut births: Vec<_> = catalog.births_by_site().collect();
-    births.sort_unstable_by_key(|(site, _)| *site);
-    let allocated = births
-        .into_iter()
-        .map(|(site, b)| Allocated {
-            site: sink.site_ref(site),
-            call_path: paths
-                .get(&site)
-                .map(|p| sink.call_path(*p))
-                .unwrap_or_default(),
-            bytes: b.bytes,
-            tensors: b.tensors,
-        })
-        .collect();
+    let allocated = Allocated::by_site(catalog, |site| {
+        paths
+            .get(&site)
+            .map(|p| sink.call_path(*p))
+            .unwrap_or_default()
+    });
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
