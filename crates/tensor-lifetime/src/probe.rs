@@ -25,6 +25,9 @@ use tensor_lifetime_report::Role;
 /// Tags the tensors in `value` with their creation site (first sighting) or an alias.
 #[inline(always)]
 pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
+    if as_tensor(value).is_some_and(tracker::gated_out) {
+        return;
+    }
     if let Some(t) = tracker::active() {
         if let Some(x) = as_tensor(value) {
             return t.probe(x, site, false, 0);
@@ -44,6 +47,9 @@ pub fn tag<T: ?Sized>(value: &T, site: &'static Site) {
 /// [`input`]): a tensor with an autograd op keeps them as its graph's inputs.
 #[inline(always)]
 pub fn tag_made<T: ?Sized>(value: &T, site: &'static Site, inputs: &[Input]) {
+    if as_tensor(value).is_some_and(tracker::gated_out) {
+        return;
+    }
     // No tensor among the inputs (or tracking off: `input` gave none): a plain tag.
     if inputs.iter().all(|i| i.key == 0) {
         return tag(value, site);
@@ -93,6 +99,9 @@ fn as_tensor<T: ?Sized>(value: &T) -> Option<&Tensor> {
 /// Records that the tensors in `value` are being stored at `site` (a container).
 #[inline(always)]
 pub fn store<T: ?Sized>(value: &T, site: &'static Site) {
+    if as_tensor(value).is_some_and(tracker::gated_out) {
+        return;
+    }
     if let Some(t) = tracker::active() {
         if let Some(x) = as_tensor(value) {
             return t.probe(x, site, true, 0);

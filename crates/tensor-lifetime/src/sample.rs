@@ -14,7 +14,9 @@
 //! each with probability `1 - exp(-length / interval)`; see `draw` for the hash), but one answer for every probe
 //! of a tensor, since a tensor is probed at its binding, at each store and at each alias,
 //! and a countdown would give it one chance per probe. Nor does it keep any per-thread
-//! state: a probe that skips its tensor reads two atomics and hashes one integer.
+//! state: a probe that skips its tensor reads the gate ([`gate`]) and the seed, hashes one
+//! integer, multiplies the tensor's own bytes and reads its weak count, inlined where the
+//! probe is.
 //!
 //! Leak tests ([`crate::check_leaks`], [`crate::assert_no_leaks`], `#[leak_test]`) are
 //! exact whatever this says: a thread in a leak-test session records every tensor.
@@ -22,6 +24,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use tensor_lifetime_report::event::SiteSweep;
 use tensor_lifetime_report::size::parse_size;
 
@@ -106,6 +109,11 @@ static SCALE: AtomicU64 = AtomicU64::new(0);
 static SEED: AtomicU64 = AtomicU64::new(0xe220_a839_7b1d_cdaf);
 /// The seed is the program's (set by [`set_sample_seed`]): the configuration keeps it.
 static SEED_SET: AtomicU64 = AtomicU64::new(0);
+/// The probes' gate ([`gate`]): [`SCALE`] while no leak test runs, else 0.
+static GATE: AtomicU64 = AtomicU64::new(0);
+/// Threads in a leak-test session, counted under this lock with every write of
+/// [`GATE`], so that the last write agrees with both the scale and the sessions.
+static GATE_SESSIONS: Mutex<usize> = Mutex::new(0);
 
 /// Records every tensor ([`Sampling::Exact`]) or a sample of them from now on. A tensor
 /// already recorded stays recorded; one already skipped is decided again at its next
@@ -116,11 +124,37 @@ pub fn set_sampling(sampling: Sampling) {
         Sampling::Exact => 0,
         Sampling::Interval(bytes) => bytes.max(1),
     };
+    let mut sessions = GATE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     SCALE.store(0, Ordering::Relaxed);
+    GATE.store(0, Ordering::Relaxed);
     INTERVAL.store(interval, Ordering::Relaxed);
     if let Some(scale) = u64::MAX.checked_div(interval) {
         SCALE.store(scale, Ordering::Relaxed);
     }
+    write_gate(&mut sessions, 0);
+}
+
+/// A thread entered (`+1`) or left (`-1`) a leak-test session: the gate is closed while
+/// any thread is in one (see [`gate`]).
+pub(crate) fn session_entered(change: isize) {
+    let mut sessions = GATE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    write_gate(&mut sessions, change);
+}
+
+fn write_gate(sessions: &mut usize, change: isize) {
+    *sessions = sessions.saturating_add_signed(change);
+    let gate = if *sessions == 0 { scale() } else { 0 };
+    GATE.store(gate, Ordering::Relaxed);
+}
+
+/// The probes' gate: the sampled mode's scale while no thread runs a leak test, else 0.
+/// Every probe of a tensor reads it first: a tensor the sample leaves out
+/// ([`skips`]) and that has no record costs that test and no more. While a leak test
+/// runs (its thread records every tensor) every probe takes the full path, which asks
+/// its own thread.
+#[inline(always)]
+pub(crate) fn gate() -> u64 {
+    GATE.load(Ordering::Relaxed)
 }
 
 /// The sampling in force (exact until the tracker or [`set_sampling`] chose).

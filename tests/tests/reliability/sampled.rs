@@ -206,5 +206,21 @@ fn leak_tests_are_exact_whatever_the_sampling() {
     // The same loop sampled at that interval keeps no record: nothing to find.
     let (_, _, sampled) = run_sampled(case, p.steps);
     assert!(!sampled.report.has_leaks(), "{}", sampled.report);
+    // Once no leak test runs, the sample applies to every probe again; inside one, the
+    // same tensor is recorded.
+    let recorded = |label: &str| {
+        tensor_lifetime::snapshot()
+            .iter()
+            .any(|l| l.site.label == label)
+    };
+    let after =
+        candle_core::Tensor::zeros(64, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    tensor_lifetime::tag!(after, "after_the_leak_tests");
+    assert!(!recorded("after_the_leak_tests"));
+    tensor_lifetime::check_leaks(LeakTestOptions::default(), || {
+        tensor_lifetime::tag!(after, "in_a_leak_test");
+        assert!(recorded("in_a_leak_test"));
+    })
+    .unwrap();
     set_sampling(Sampling::Exact);
 }

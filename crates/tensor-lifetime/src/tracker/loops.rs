@@ -136,7 +136,8 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
-        if sample::sampled_mode() && !in_session() && self.quiet_end(frame) {
+        // The gate is open in sampled mode while no leak test runs (so not in one here).
+        if sample::gate() != 0 && self.quiet_end(frame) {
             self.primary.set_iteration(frame, iteration + 1);
             // Written when this thread's loops are next read (a recorded probe, a full end).
             return set_iteration_later(frame, iteration + 1);
@@ -166,10 +167,8 @@ impl Tracker {
     /// their deaths). Not while the memory monitor samples.
     #[inline]
     fn quiet_end(&self, frame: u64) -> bool {
-        if self.sampled_probes.load(Ordering::Relaxed) != self.quiet_at.load(Ordering::Relaxed)
-            || self.quiet_frame.load(Ordering::Relaxed) != frame
-            || monitor::on()
-        {
+        // A recorded probe clears `quiet_frame` ([`Tracker::note_sampled_probe`]).
+        if self.quiet_frame.load(Ordering::Relaxed) != frame || monitor::on() {
             return false;
         }
         let left = self.quiet_left.load(Ordering::Relaxed);
@@ -184,7 +183,7 @@ impl Tracker {
     /// had been recorded and left `live` records: the ends of that frame that may be quiet
     /// after it.
     fn settle_quiet(&self, frame: u64, probes: u64, live: usize) {
-        self.quiet_frame.store(frame, Ordering::Relaxed);
+        self.quiet_frame.store(frame, Ordering::SeqCst);
         let live = live as u64;
         let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
         let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
@@ -193,6 +192,13 @@ impl Tracker {
         let left = if live == 0 { u64::MAX } else { span };
         self.quiet_left.store(left, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
+        // A probe recorded on another thread since `probes` was read cleared
+        // `quiet_frame` before the store above, or counts after it: the next end of
+        // `frame` is then a full one. (Sequentially consistent, with the probe's count
+        // and clear, so that one of the two sees the other.)
+        if self.sampled_probes.load(Ordering::SeqCst) != probes {
+            self.quiet_frame.store(0, Ordering::SeqCst);
+        }
     }
 
     /// The sweep and the judgement of [`Tracker::end_iteration`], with the sampled mode's

@@ -90,7 +90,7 @@ mod tally;
 pub use inputs::Input;
 pub use monitor::set_memory_monitor;
 pub(crate) use post_mortem::oom_seen;
-pub(crate) use probe::{set_session, Entered, SessionMark, TaskContext};
+pub(crate) use probe::{gated_out, set_session, Entered, SessionMark, TaskContext};
 pub use queries::{LiveTensor, SiteTotals};
 pub(crate) use roles::hint as role_hint;
 
@@ -209,15 +209,15 @@ pub(crate) struct Tracker {
     session_judgement: Mutex<HashMap<u64, SessionJudgement>>,
     /// Sampled mode: probes that were not left out (counted only in that mode).
     sampled_probes: AtomicU64,
-    /// Sampled mode: `sampled_probes` as of the latest full iteration end that left no
-    /// record alive ([`NOT_QUIET`] otherwise): while it is unchanged, an iteration end
-    /// has nothing to walk or judge.
+    /// Sampled mode: `sampled_probes` as of the latest full iteration end ([`NOT_QUIET`]
+    /// before the first): the quiet span doubles while it stays the same.
     quiet_at: AtomicU64,
     /// Sampled mode: quiet iteration ends left before a full one.
     quiet_left: AtomicU64,
-    /// Sampled mode: the loop frame of the latest full iteration end. Only its ends may be
-    /// quiet: another frame's end (an enclosing loop's, after its nested loop's) has its
-    /// own iterations to count and its own survivors to judge.
+    /// Sampled mode: the loop frame of the latest full iteration end, 0 once a probe was
+    /// recorded since. Only its ends may be quiet: another frame's end (an enclosing
+    /// loop's, after its nested loop's) has its own iterations to count and its own
+    /// survivors to judge, and a recorded probe is judged at the next end.
     quiet_frame: AtomicU64,
     /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
     /// records it left alive (the span doubles while neither changes).
@@ -225,7 +225,7 @@ pub(crate) struct Tracker {
     quiet_live: AtomicU64,
 }
 
-/// [`Tracker::quiet_at`] when records are alive.
+/// [`Tracker::quiet_at`] before the first full iteration end.
 const NOT_QUIET: u64 = u64::MAX;
 
 impl std::fmt::Debug for Tracker {
@@ -265,8 +265,9 @@ impl Tracker {
     /// full one).
     #[inline(always)]
     fn note_sampled_probe(&self) {
-        self.sampled_probes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::SeqCst;
+        self.sampled_probes.fetch_add(1, SeqCst);
+        self.quiet_frame.store(0, SeqCst);
     }
 
     #[inline]

@@ -95,9 +95,11 @@ pub(crate) fn set_session(session: SessionMark) -> SessionMark {
     match (previous.session != 0, session.session != 0) {
         (false, true) => {
             SESSIONS.fetch_add(1, Ordering::Relaxed);
+            crate::sample::session_entered(1);
         }
         (true, false) => {
             SESSIONS.fetch_sub(1, Ordering::Relaxed);
+            crate::sample::session_entered(-1);
         }
         _ => {}
     }
@@ -126,12 +128,12 @@ pub(in crate::tracker) fn set_iteration(frame: u64, iteration: u64) {
 /// ([`Local::loops`]): the sampled mode's quiet iteration end, which records nothing.
 #[inline]
 pub(in crate::tracker) fn set_iteration_later(frame: u64, iteration: u64) {
-    let (pending, _) = LATER.with(Cell::get);
+    let (pending, _) = LATER.get();
     if pending != frame && pending != 0 {
         // Another loop's (a nested loop ended): written now.
         write_later();
     }
-    LATER.with(|later| later.set((frame, iteration)));
+    LATER.set((frame, iteration));
 }
 
 #[cold]

@@ -128,9 +128,27 @@ impl Rings {
 /// record, no graph input and no holder.
 #[inline(always)]
 pub(in crate::tracker) fn sampled_out(t: &Tensor, scale: u64) -> bool {
-    crate::sample::skips(scale, weak::serial(t), own_bytes::<true>(t))
-        && weak::weak_count(t) == 0
-        && !in_session()
+    skipped(t, scale) && !in_session()
+}
+
+/// Whether the probes' gate ([`crate::sample::gate`]: sampled mode, no leak test
+/// running) leaves `t` out: [`sampled_out`] without asking the thread, read first by
+/// every probe of a tensor. False lets the probe take its full path, which decides.
+#[inline(always)]
+pub(crate) fn gated_out(t: &Tensor) -> bool {
+    // Compiled out: the probes fold away.
+    let gate = if cfg!(feature = "tracking") {
+        crate::sample::gate()
+    } else {
+        0
+    };
+    gate != 0 && skipped(t, gate)
+}
+
+/// The sample at `scale` skips `t` and no record or probe entry of it exists.
+#[inline(always)]
+fn skipped(t: &Tensor, scale: u64) -> bool {
+    crate::sample::skips(scale, weak::serial(t), own_bytes::<true>(t)) && weak::weak_count(t) == 0
 }
 
 /// Records a tensor seen at `site` (a binding, or a store when `store`) with the role
