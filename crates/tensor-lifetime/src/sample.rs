@@ -105,12 +105,22 @@ static INTERVAL: AtomicU64 = AtomicU64::new(UNSET);
 /// `u64::MAX / interval`: a tensor of `s` bytes is a candidate when its hash is below
 /// `s * SCALE` (0: exact, nothing is skipped).
 static SCALE: AtomicU64 = AtomicU64::new(0);
-/// What the creation serials' draws are shifted by: the seed, mixed (seed 0's at first).
-static SEED: AtomicU64 = AtomicU64::new(0xe220_a839_7b1d_cdaf);
+
 /// The seed is the program's (set by [`set_sample_seed`]): the configuration keeps it.
 static SEED_SET: AtomicU64 = AtomicU64::new(0);
-/// The probes' gate ([`gate`]): [`SCALE`] while no leak test runs, else 0.
-static GATE: AtomicU64 = AtomicU64::new(0);
+/// What every probe reads, side by side (one address to find): the gate ([`gate`]:
+/// [`SCALE`] while no leak test runs, else 0) and what the creation serials' draws are
+/// shifted by (the seed, mixed; seed 0's at first).
+#[repr(C)]
+struct Gate {
+    scale: AtomicU64,
+    seed: AtomicU64,
+}
+
+static GATE: Gate = Gate {
+    scale: AtomicU64::new(0),
+    seed: AtomicU64::new(0xe220_a839_7b1d_cdaf),
+};
 /// Threads in a leak-test session, counted under this lock with every write of
 /// [`GATE`], so that the last write agrees with both the scale and the sessions.
 static GATE_SESSIONS: Mutex<usize> = Mutex::new(0);
@@ -126,7 +136,7 @@ pub fn set_sampling(sampling: Sampling) {
     };
     let mut sessions = GATE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     SCALE.store(0, Ordering::Relaxed);
-    GATE.store(0, Ordering::Relaxed);
+    GATE.scale.store(0, Ordering::Relaxed);
     INTERVAL.store(interval, Ordering::Relaxed);
     if let Some(scale) = u64::MAX.checked_div(interval) {
         SCALE.store(scale, Ordering::Relaxed);
@@ -144,7 +154,7 @@ pub(crate) fn session_entered(change: isize) {
 fn write_gate(sessions: &mut usize, change: isize) {
     *sessions = sessions.saturating_add_signed(change);
     let gate = if *sessions == 0 { scale() } else { 0 };
-    GATE.store(gate, Ordering::Relaxed);
+    GATE.scale.store(gate, Ordering::Relaxed);
 }
 
 /// The probes' gate: the sampled mode's scale while no thread runs a leak test, else 0.
@@ -154,7 +164,7 @@ fn write_gate(sessions: &mut usize, change: isize) {
 /// its own thread.
 #[inline(always)]
 pub(crate) fn gate() -> u64 {
-    GATE.load(Ordering::Relaxed)
+    GATE.scale.load(Ordering::Relaxed)
 }
 
 /// The sampling in force (exact until the tracker or [`set_sampling`] chose).
@@ -168,7 +178,7 @@ pub fn sampling() -> Sampling {
 /// Chooses which tensors a sampled run records: one seed, one sample (the same tensors of
 /// the same program, serial for serial). Overrides `TENSOR_LIFETIME_SAMPLE_SEED`.
 pub fn set_sample_seed(seed: u64) {
-    SEED.store(mix(seed), Ordering::Relaxed);
+    GATE.seed.store(mix(seed), Ordering::Relaxed);
     SEED_SET.store(1, Ordering::Relaxed);
 }
 
@@ -179,7 +189,7 @@ pub(crate) fn configure(sampling: Sampling, seed: Option<u64>) {
     }
     if let Some(seed) = seed {
         if SEED_SET.load(Ordering::Relaxed) == 0 {
-            SEED.store(mix(seed), Ordering::Relaxed);
+            GATE.seed.store(mix(seed), Ordering::Relaxed);
         }
     }
 }
@@ -201,7 +211,7 @@ pub(crate) fn scale() -> u64 {
 /// while the interval and seed stay.
 #[inline(always)]
 pub(crate) fn skips(scale: u64, serial: u64, bytes: u64) -> bool {
-    let h = draw(serial, SEED.load(Ordering::Relaxed));
+    let h = draw(serial, GATE.seed.load(Ordering::Relaxed));
     // `1 - exp(-x) <= x`: a hash at or above `x` of the range is out for sure; most are.
     match bytes.checked_mul(scale) {
         Some(bound) if h >= bound => true,

@@ -22,10 +22,10 @@ pub(in crate::tracker) struct Observed {
 pub(in crate::tracker) fn own_bytes<const BY_RANK: bool>(t: &Tensor) -> u64 {
     // The product of the dims inline (candle's `elem_count` is out of line).
     let dims = t.dims();
-    let elems = match *dims {
-        [] if BY_RANK => 1,
-        [a] if BY_RANK => a,
-        [a, b] if BY_RANK => a * b,
+    let elems = match dims.len() {
+        // A vector, a matrix: no iterator (a scalar's empty product is 1).
+        1 if BY_RANK => dims[0],
+        2 if BY_RANK => dims[0] * dims[1],
         _ => dims.iter().product::<usize>(),
     };
     (elems * t.dtype().size_in_bytes()) as u64
