@@ -131,3 +131,38 @@ fn the_round_robin_walks_every_shard() {
     assert_eq!((reg.len(), reg.old_len()), (0, 0));
     drop(ts);
 }
+
+/// Young records are found by key whether few (a scan) or many (the index), after
+/// records were added, replaced, removed and taken out.
+#[test]
+fn young_records_are_found_by_key_few_or_many() {
+    let ts = tensors(40);
+    let found = |reg: &Registry, ts: &[Tensor], want: &dyn Fn(u64) -> bool| {
+        for (i, t) in ts.iter().enumerate() {
+            let id = i as u64 + 1;
+            let r = reg.young(weak::key(t)).map(|r| r.id);
+            assert_eq!(r, want(id).then_some(id), "record {id}");
+        }
+    };
+    let mut reg = Registry::default();
+    for (n, t) in ts.iter().enumerate() {
+        let (key, r) = record(t, n as u64 + 1);
+        reg.insert(key, r);
+        found(&reg, &ts, &|id| id <= n as u64 + 1);
+    }
+    // The same key again replaces its record, few or many.
+    let (key, mut r) = record(&ts[3], 4);
+    r.store = 9;
+    reg.insert(key, r);
+    assert_eq!((reg.len(), reg.young(key).map(|r| r.store)), (40, Some(9)));
+    // Removals move records: each is still found, down to a few.
+    reg.retain(&mut |_, r| r.id % 3 != 0);
+    found(&reg, &ts, &|id| id % 3 != 0);
+    reg.retain(&mut |_, r| r.id <= 10);
+    found(&reg, &ts, &|id| id % 3 != 0 && id <= 10);
+    let (key, r) = record(&ts[2], 3);
+    reg.insert(key, r);
+    found(&reg, &ts, &|id| id <= 10 && (id % 3 != 0 || id == 3));
+    assert_eq!(reg.drain_young().count(), 8);
+    found(&reg, &ts, &|_| false);
+}
