@@ -122,7 +122,7 @@ impl Registry {
         self.old.shards()
     }
 
-    /// Adds a new (young) record.
+    /// Adds a new (young) record: `key` has none.
     #[inline]
     pub(super) fn insert(&mut self, key: usize, r: Record) {
         self.young.insert(key, r);

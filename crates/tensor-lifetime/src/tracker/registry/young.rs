@@ -5,7 +5,6 @@
 
 use super::Record;
 use crate::tracker::keep::FastMap;
-use std::collections::hash_map::Entry;
 
 /// Young records found by a scan of their keys; above this many, through the index.
 const LINEAR: usize = 16;
@@ -41,25 +40,16 @@ impl Young {
         }
     }
 
-    /// Adds the record of `key` (replacing one of the same key, as a map would).
+    /// Adds the record of `key`, which has none: a key names one tensor while a record
+    /// holds its weak handle, and a record is made only for a tensor that has none.
     #[inline]
     pub(super) fn insert(&mut self, key: usize, r: Record) {
-        if self.indexed() {
-            match self.index.entry(key) {
-                Entry::Occupied(e) => self.recs[*e.get()].1 = r,
-                Entry::Vacant(e) => {
-                    e.insert(self.recs.len());
-                    self.recs.push((key, r));
-                }
-            }
-            return;
-        }
-        if let Some(slot) = self.recs.iter_mut().find(|(k, _)| *k == key) {
-            slot.1 = r;
-            return;
-        }
+        debug_assert!(self.position(key).is_none(), "one record per key");
         self.recs.push((key, r));
-        if self.indexed() {
+        let n = self.recs.len();
+        if n > LINEAR + 1 {
+            self.index.insert(key, n - 1);
+        } else if n == LINEAR + 1 {
             self.reindex();
         }
     }
