@@ -246,8 +246,8 @@ impl Sweeper {
                 i += 1;
             }
         }
-        // The young records that stay (autograd ops): walked, summarized exactly.
-        devices.start_count();
+        // The young records that stay (autograd ops): walked, summarized exactly (into
+        // the devices' count, which every walk leaves at zero).
         for (key, r) in registry.young_iter_mut() {
             let refcount = r.weak.strong_count();
             r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
@@ -299,8 +299,7 @@ impl Sweeper {
         });
         let dropped = visit.dropped;
         // The split by role: the young records walked above and the old ones' aggregates.
-        roles.add_counts(gens.aggs.roles());
-        roles.finish_sweep();
+        roles.finish_sweep(Some(gens.aggs.roles()));
         let live_bytes = devices.finish_count(true);
         p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
         let inputs = holders::GraphInputs {
@@ -356,16 +355,16 @@ impl Sweeper {
                 continue;
             }
             let (site, a) = (agg.unwrap().0, &agg.unwrap().1);
-            let mut s = a.summary(site);
-            let mut young_paths = [0u32; PATHS];
+            i += 1;
+            let slot = next_slot(merged, &mut used);
+            a.summary_into(site, slot);
+            // The old survivors' role and call paths.
+            a.origin_into(slot);
             holders.clear();
             holders.extend_from_slice(a.holders());
             if both {
                 let y = std::mem::take(&mut sites[j]);
                 j += 1;
-                for (to, p) in young_paths.iter_mut().zip(&y.call_paths) {
-                    *to = *p;
-                }
                 // Distinct iterations: the young survivors' that the old ones lack.
                 let mut last = None;
                 let mut extra = 0;
@@ -377,39 +376,27 @@ impl Sweeper {
                         }
                     }
                 }
-                s.survivors += y.survivors;
-                s.iterations += extra;
-                s.first_iteration = s.first_iteration.min(y.first_iteration);
-                s.last_iteration = s.last_iteration.max(y.last_iteration);
-                s.bytes += y.bytes;
-                s.view_bytes += y.view_bytes;
-                s.view_storage_bytes += y.view_storage_bytes;
-                s.refcount = s.refcount.max(y.refcount);
-                s.graph_tensors = y.graph_tensors;
-                s.graph_bytes = y.graph_bytes;
+                slot.survivors += y.survivors;
+                slot.iterations += extra;
+                slot.first_iteration = slot.first_iteration.min(y.first_iteration);
+                slot.last_iteration = slot.last_iteration.max(y.last_iteration);
+                slot.bytes += y.bytes;
+                slot.view_bytes += y.view_bytes;
+                slot.view_storage_bytes += y.view_storage_bytes;
+                slot.refcount = slot.refcount.max(y.refcount);
+                slot.graph_tensors = y.graph_tensors;
+                slot.graph_bytes = y.graph_bytes;
                 for h in &y.holders {
                     match holders.iter_mut().find(|(x, _)| *x == h.holder) {
                         Some((_, n)) => *n += h.count,
                         None => holders.push((h.holder, h.count)),
                     }
                 }
-            }
-            i += 1;
-            let slot = next_slot(merged, &mut used);
-            let (kept, paths) = (
-                std::mem::take(&mut slot.holders),
-                std::mem::take(&mut slot.call_paths),
-            );
-            *slot = SiteSweep {
-                holders: kept,
-                call_paths: paths,
-                ..s
-            };
-            // The old survivors' role and call paths; then the young ones' paths.
-            a.origin_into(slot);
-            for p in young_paths.into_iter().filter(|p| *p != 0) {
-                if slot.call_paths.len() < PATHS && !slot.call_paths.contains(&p) {
-                    slot.call_paths.push(p);
+                // Then the young survivors' paths.
+                for p in y.call_paths.iter().take(PATHS).filter(|p| **p != 0) {
+                    if slot.call_paths.len() < PATHS && !slot.call_paths.contains(p) {
+                        slot.call_paths.push(*p);
+                    }
                 }
             }
             holders::finish_holders(slot, holders);

@@ -497,7 +497,7 @@ impl Sweeper {
             live_bytes = self.claim_storages(p);
         }
         p.devices.finish_count(false);
-        p.roles.finish_sweep();
+        p.roles.finish_sweep(None);
         summarize_survivors(
             &mut self.scratch,
             shared.then_some(&self.claims),

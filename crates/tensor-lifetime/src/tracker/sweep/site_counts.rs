@@ -55,25 +55,31 @@ impl SiteAgg {
     pub(in crate::tracker) fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
         self.survivors += 1;
         let its = &mut self.iterations;
-        let i = match its.back() {
-            Some(last) if last.0 == r.iteration => its.len() - 1,
+        match its.back_mut() {
+            Some(last) if last.0 == r.iteration => {
+                last.1 += 1;
+                if last.1 == 1 {
+                    self.distinct += 1;
+                }
+            }
             Some(last) if last.0 > r.iteration => {
-                match its.binary_search_by_key(&r.iteration, |e| e.0) {
+                let i = match its.binary_search_by_key(&r.iteration, |e| e.0) {
                     Ok(i) => i,
                     Err(i) => {
                         its.insert(i, (r.iteration, 0));
                         i
                     }
+                };
+                its[i].1 += 1;
+                if its[i].1 == 1 {
+                    self.distinct += 1;
                 }
             }
+            // The common case: the latest iteration so far.
             _ => {
-                its.push_back((r.iteration, 0));
-                its.len() - 1
+                its.push_back((r.iteration, 1));
+                self.distinct += 1;
             }
-        };
-        its[i].1 += 1;
-        if its[i].1 == 1 {
-            self.distinct += 1;
         }
         if r.owns {
             self.bytes += r.storage_bytes;
@@ -188,19 +194,30 @@ impl SiteAgg {
     }
 
     /// The summary of these survivors (holders not yet chosen: [`super::holders::finish_holders`]).
+    #[cfg(test)]
     pub(in crate::tracker) fn summary(&self, site: u32) -> SiteSweep {
-        SiteSweep {
-            site,
-            survivors: self.survivors,
-            bytes: self.bytes,
-            iterations: self.distinct,
-            first_iteration: self.iterations.front().map_or(0, |e| u64::from(e.0)),
-            last_iteration: self.iterations.back().map_or(0, |e| u64::from(e.0)),
-            refcount: self.refcount,
-            view_bytes: self.view_bytes,
-            view_storage_bytes: self.view_storage_bytes,
-            ..SiteSweep::default()
-        }
+        let mut s = SiteSweep::default();
+        self.summary_into(site, &mut s);
+        s
+    }
+
+    /// [`SiteAgg::summary`] written over `slot`, an earlier summary whose holders and
+    /// call paths are left as they are (their allocations kept; see
+    /// [`SiteAgg::origin_into`] and [`super::holders::finish_holders`]), its role unset.
+    #[inline]
+    pub(in crate::tracker) fn summary_into(&self, site: u32, slot: &mut SiteSweep) {
+        slot.site = site;
+        slot.survivors = self.survivors;
+        slot.bytes = self.bytes;
+        slot.iterations = self.distinct;
+        slot.first_iteration = self.iterations.front().map_or(0, |e| u64::from(e.0));
+        slot.last_iteration = self.iterations.back().map_or(0, |e| u64::from(e.0));
+        slot.refcount = self.refcount;
+        slot.view_bytes = self.view_bytes;
+        slot.view_storage_bytes = self.view_storage_bytes;
+        slot.graph_tensors = 0;
+        slot.graph_bytes = 0;
+        slot.role = None;
     }
 
     /// Takes in `other`, the survivors of a closed nested loop at this site, now all
