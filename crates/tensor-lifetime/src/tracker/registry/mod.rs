@@ -194,32 +194,38 @@ impl Registry {
         self.old.walk_next(visit);
     }
 
-    /// Takes every young record out (to be put back or turned old).
+    /// Takes every young record out.
+    #[cfg(test)]
     pub(super) fn drain_young(&mut self) -> impl Iterator<Item = (usize, Record)> + '_ {
         self.young.drain()
     }
 
-    /// Turns record `r` of `key` old.
+    /// Keeps the young records for which `visit` is true.
     #[inline]
-    pub(super) fn turn_old(&mut self, key: usize, r: Record) {
-        self.old.insert(key, r);
+    pub(super) fn retain_young(&mut self, mut visit: impl FnMut(&mut Record) -> bool) {
+        self.young.retain(|_, r| visit(r));
     }
 
-    /// Turns old every young record but those for which `stay` is true; `buf` is a
-    /// working buffer (left empty).
+    /// Turns old every young record but those for which `stay` is true, each after
+    /// `turning` saw it; `buf` is a working buffer (left empty).
+    #[inline]
     pub(super) fn turn_old_unless(
         &mut self,
         stay: impl Fn(&Record) -> bool,
+        mut turning: impl FnMut(&mut Record),
         buf: &mut Vec<(usize, Record)>,
     ) {
-        for (key, r) in self.young.drain() {
+        for (key, mut r) in self.young.drain() {
             if stay(&r) {
                 buf.push((key, r));
             } else {
+                turning(&mut r);
                 self.old.insert(key, r);
             }
         }
-        self.young.extend(buf.drain(..));
+        if !buf.is_empty() {
+            self.young.extend(buf.drain(..));
+        }
     }
 
     /// Makes young again the old records for which `f` is true; `buf` is a working

@@ -51,7 +51,7 @@ fn registry_of(ts: &[Tensor]) -> Registry {
 fn all_old(ts: &[Tensor]) -> Registry {
     let mut reg = registry_of(ts);
     reg.start_old_tier();
-    reg.turn_old_unless(|_| false, &mut Vec::new());
+    reg.turn_old_unless(|_| false, |_| {}, &mut Vec::new());
     reg
 }
 
@@ -68,7 +68,7 @@ fn a_record_turned_old_is_still_found_iterated_and_retained() {
     reg.start_old_tier();
     let mut buf = Vec::new();
     // Even ids stay young.
-    reg.turn_old_unless(|r| r.id % 2 == 0, &mut buf);
+    reg.turn_old_unless(|r| r.id % 2 == 0, |_| {}, &mut buf);
     assert!(buf.is_empty());
     assert_eq!((reg.len(), reg.old_len()), (6, 3));
     assert_eq!(ids(&reg), [1, 2, 3, 4, 5, 6]);

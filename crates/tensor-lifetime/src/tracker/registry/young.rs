@@ -90,9 +90,22 @@ impl Young {
     /// Keeps the records for which `f` is true.
     #[inline]
     pub(super) fn retain(&mut self, mut f: impl FnMut(&usize, &mut Record) -> bool) {
-        let before = self.recs.len();
-        self.recs.retain_mut(|(k, r)| f(k, r));
-        if self.recs.len() != before || !self.indexed() {
+        // By hand: a few records are the common case, and `Vec::retain_mut`'s fixed
+        // cost is several times a record's.
+        let recs = &mut self.recs;
+        let before = recs.len();
+        let mut kept = 0;
+        for i in 0..before {
+            let (k, r) = &mut recs[i];
+            if f(k, r) {
+                if kept != i {
+                    recs.swap(kept, i);
+                }
+                kept += 1;
+            }
+        }
+        if kept != before {
+            recs.truncate(kept);
             self.reindex();
         }
     }

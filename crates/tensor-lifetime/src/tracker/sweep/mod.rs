@@ -198,6 +198,8 @@ struct Scratch {
     /// summaries merged with the aggregates.
     promote: Vec<(usize, Record)>,
     storages: FastMap<usize, Owner>,
+    /// The storages of the records turning old and their owners, oldest first.
+    owners: Vec<(usize, Owner)>,
     merged: Vec<SiteSweep>,
     /// The running iterations whose records the sweep leaves young
     /// ([`super::frames::running_iterations`]).
