@@ -228,9 +228,11 @@ impl RoleTally {
         let none = RoleCounts::default();
         let old = old.unwrap_or(&none);
         let counted = &mut self.counting;
-        for (i, r) in self.split.iter_mut().enumerate().take(SLOTS) {
-            r.tensors = counted.tensors[i] + old.tensors[i];
-            r.bytes = counted.bytes[i] + old.bytes[i];
+        let sums =
+            (counted.tensors.iter().zip(&old.tensors)).zip(counted.bytes.iter().zip(&old.bytes));
+        for (r, ((t, ot), (b, ob))) in self.split.iter_mut().zip(sums) {
+            r.tensors = t + ot;
+            r.bytes = b + ob;
         }
         *counted = RoleCounts::default();
     }
