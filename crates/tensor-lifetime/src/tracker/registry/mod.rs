@@ -254,10 +254,10 @@ impl Registry {
         }
     }
 
-    /// Gives back the young table's memory when it grew for a burst of records (a
+    /// Gives back the young tier's memory when it grew for a burst of records (a
     /// dataset or a model made in one iteration): after a full walk, all of it beyond
     /// what is live; after a partial one, down to half [`KEEP`] once few are young
-    /// (otherwise every drain walks and clears a large table).
+    /// (otherwise a burst's room is kept for good).
     pub(super) fn trim_young(&mut self, full: bool) {
         let young = &mut self.young;
         if young.capacity() <= KEEP {
