@@ -280,7 +280,11 @@ impl MemoryByRole {
 #[derive(Debug, Clone, Default)]
 pub struct RoleHistory {
     latest: Vec<RoleBytes>,
+    /// The split at the peak, unless `peak_is_latest` (then `latest` is that split and
+    /// this a spare buffer): a loop whose memory grows makes a new peak at every
+    /// iteration end, and the peak is copied only when a later split is not one.
     peak: Vec<RoleBytes>,
+    peak_is_latest: bool,
     peak_high: u64,
 }
 
@@ -306,7 +310,9 @@ impl RoleHistory {
         std::mem::swap(&mut self.latest, roles);
     }
 
-    /// The first iteration end of the highest high water (live plus temporary bytes).
+    /// The first iteration end of the highest high water (live plus temporary bytes),
+    /// before `roles` becomes the latest split: when it is the new peak, the latest split
+    /// will be the peak's; otherwise a peak that was the latest split keeps it.
     #[inline]
     fn note_peak(&mut self, roles: &[RoleBytes]) {
         // Wrapping: byte counts of one process are far from 2^64, and a hostile log's
@@ -315,18 +321,26 @@ impl RoleHistory {
         for r in roles {
             high = high.wrapping_add(r.bytes).wrapping_add(r.temporary_bytes);
         }
-        if high > self.peak_high || self.peak.is_empty() {
+        let none = !self.peak_is_latest && self.peak.is_empty();
+        if high > self.peak_high || none {
             self.peak_high = high;
-            self.peak.clear();
-            self.peak.extend_from_slice(roles);
+            self.peak_is_latest = true;
+        } else if self.peak_is_latest {
+            std::mem::swap(&mut self.peak, &mut self.latest);
+            self.peak_is_latest = false;
         }
     }
 
     /// Now (the latest split) and at the peak.
     pub fn memory_by_role(&self) -> MemoryByRole {
+        let peak = if self.peak_is_latest {
+            &self.latest
+        } else {
+            &self.peak
+        };
         MemoryByRole {
             now: RoleSplit::at_end(&self.latest),
-            peak: RoleSplit::at_high_water(&self.peak),
+            peak: RoleSplit::at_high_water(peak),
         }
     }
 }
@@ -387,5 +401,52 @@ mod tests {
         let json = serde_json::to_value(m).unwrap();
         assert_eq!(json["peak"]["parameter"]["bytes"], 100);
         assert_eq!(m.now.to_string(), "parameter 100 B (2), temporary 40 B (4)");
+    }
+
+    /// The peak is the first split of the highest high water, whether the splits are
+    /// copied in or swapped in, through growth (a new peak at every end), a fall and a
+    /// climb back to the same height.
+    #[test]
+    fn the_peak_follows_growth_falls_and_ties() {
+        let split = |bytes: u64, tensors: u64| {
+            vec![RoleBytes {
+                role: Role::Activation,
+                bytes,
+                tensors,
+                ..RoleBytes::default()
+            }]
+        };
+        let steps = [
+            (10, 1),
+            (20, 2),
+            (30, 3),
+            (5, 4),
+            (30, 5),
+            (12, 6),
+            (40, 7),
+            (1, 8),
+        ];
+        // (live bytes now, peak bytes, tensors at the peak) after each step.
+        let want = [
+            (10, 10, 1),
+            (20, 20, 2),
+            (30, 30, 3),
+            (5, 30, 3),
+            (30, 30, 3),
+            (12, 30, 3),
+            (40, 40, 7),
+            (1, 40, 7),
+        ];
+        let (mut copied, mut owned) = (RoleHistory::default(), RoleHistory::default());
+        for (&(bytes, tensors), &w) in steps.iter().zip(&want) {
+            copied.note(&split(bytes, tensors));
+            let mut mine = split(bytes, tensors);
+            owned.note_owned(&mut mine);
+            for h in [&copied, &owned] {
+                let m = h.memory_by_role();
+                let got = (m.now.activation.bytes, m.peak.activation.bytes);
+                assert_eq!((got.0, got.1, m.peak.activation.tensors), w);
+            }
+        }
     }
 }

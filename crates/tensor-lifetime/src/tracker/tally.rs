@@ -28,8 +28,8 @@ pub(super) struct Devices {
 }
 
 impl Devices {
-    /// Starts a count (a partial walk's: an exact one starts from the zeros its previous
-    /// count left).
+    /// Starts a count over (the claims' count after a walk that counted): a walk starts
+    /// from the zeros the previous count left ([`Devices::finish_count`]).
     pub(super) fn start_count(&mut self) {
         for (_, d) in &mut self.list {
             d.tally = 0;
@@ -199,15 +199,6 @@ impl RoleTally {
         self.counting.bytes[slot(code)] += bytes;
     }
 
-    /// Adds counts kept elsewhere (the old records a partial sweep does not walk).
-    #[inline]
-    pub(super) fn add_counts(&mut self, counts: &RoleCounts) {
-        for i in 0..SLOTS {
-            self.counting.tensors[i] += counts.tensors[i];
-            self.counting.bytes[i] += counts.bytes[i];
-        }
-    }
-
     /// Forgets the bytes counted so far in this sweep (its storages are claimed again).
     pub(super) fn reset_bytes(&mut self) {
         self.counting.bytes = [0; SLOTS];
@@ -230,14 +221,20 @@ impl RoleTally {
         }
     }
 
-    /// The end of a sweep: what it counted becomes the live split.
+    /// The end of a sweep: what it counted, with the counts kept elsewhere in `old` (the
+    /// old records a partial sweep does not walk), becomes the live split.
     #[inline]
-    pub(super) fn finish_sweep(&mut self) {
-        let counted = std::mem::take(&mut self.counting);
-        for (i, r) in self.split.iter_mut().enumerate() {
-            r.tensors = counted.tensors[i];
-            r.bytes = counted.bytes[i];
+    pub(super) fn finish_sweep(&mut self, old: Option<&RoleCounts>) {
+        let none = RoleCounts::default();
+        let old = old.unwrap_or(&none);
+        let counted = &mut self.counting;
+        let sums =
+            (counted.tensors.iter().zip(&old.tensors)).zip(counted.bytes.iter().zip(&old.bytes));
+        for (r, ((t, ot), (b, ob))) in self.split.iter_mut().zip(sums) {
+            r.tensors = t + ot;
+            r.bytes = b + ob;
         }
+        *counted = RoleCounts::default();
     }
 
     /// An iteration end: its split, one entry per role (give it back with

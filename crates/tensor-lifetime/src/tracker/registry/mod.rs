@@ -1,19 +1,22 @@
 //! The registry: the one owner of the live records, in two tiers behind one API.
 //!
-//! *Young* records (a hash table by key: the tensor's address, which names one tensor for
-//! as long as a probe entry or a record holds its weak handle) are walked at every sweep;
+//! *Young* records ([`young`]: a vector found by key, the tensor's address, which names
+//! one tensor for as long as a probe entry or a record holds its weak handle; scanned
+//! while few, indexed beyond) are walked at every sweep;
 //! *old* ones ([`old`]: shards walked round robin) are walked by a partial sweep only a
 //! shard at a time. Which records turn old, and when, is the sweep's rule; the registry
 //! only keeps them: callers find a record by key (and creation serial), iterate or retain
 //! every record, and move records between the tiers, never seeing how a tier stores them.
 
 mod old;
+mod young;
 
-use super::keep::{FastMap, KEEP};
+use super::keep::KEEP;
 use super::probe::{Observed, Pending, View};
 use crate::device::DeviceId;
 use crate::weak::WeakTensor;
 use old::Old;
+use young::Young;
 
 /// One tracked tensor. Kept small (80 bytes): frames, iterations and sessions are
 /// stored as `u32` (4 billion of each per process is beyond any run).
@@ -94,7 +97,7 @@ pub(super) enum Tier {
 /// The live records, young and old (see the module docs).
 #[derive(Default)]
 pub(super) struct Registry {
-    young: FastMap<usize, Record>,
+    young: Young,
     old: Old,
     /// The old tier's shard bits when it was last emptied ([`Registry::make_all_young`]):
     /// the next old tier starts with as many shards.
@@ -119,7 +122,7 @@ impl Registry {
         self.old.shards()
     }
 
-    /// Adds a new (young) record.
+    /// Adds a new (young) record: `key` has none.
     #[inline]
     pub(super) fn insert(&mut self, key: usize, r: Record) {
         self.young.insert(key, r);
@@ -128,19 +131,19 @@ impl Registry {
     /// The young record of `key` (a tensor's later probe finds its record here first).
     #[inline]
     pub(super) fn young_mut(&mut self, key: usize) -> Option<&mut Record> {
-        self.young.get_mut(&key)
+        self.young.get_mut(key)
     }
 
     /// The young record of `key`.
     #[inline]
     pub(super) fn young(&self, key: usize) -> Option<&Record> {
-        self.young.get(&key)
+        self.young.get(key)
     }
 
     /// The record of `key` in either tier, if its tensor has creation serial `serial`.
     pub(super) fn get(&self, key: usize, serial: u32) -> Option<&Record> {
         self.young
-            .get(&key)
+            .get(key)
             .or_else(|| self.old.get(key, serial))
             .filter(|r| r.serial == serial)
     }
@@ -148,7 +151,7 @@ impl Registry {
     /// The record of `key` in either tier, if its tensor has creation serial `serial`,
     /// and its tier.
     pub(super) fn get_mut(&mut self, key: usize, serial: u32) -> Option<(&mut Record, Tier)> {
-        match self.young.get_mut(&key) {
+        match self.young.get_mut(key) {
             Some(r) => Some((r, Tier::Young)).filter(|(r, _)| r.serial == serial),
             None => self
                 .old
@@ -191,32 +194,38 @@ impl Registry {
         self.old.walk_next(visit);
     }
 
-    /// Takes every young record out (to be put back or turned old).
+    /// Takes every young record out.
+    #[cfg(test)]
     pub(super) fn drain_young(&mut self) -> impl Iterator<Item = (usize, Record)> + '_ {
         self.young.drain()
     }
 
-    /// Turns record `r` of `key` old.
+    /// Keeps the young records for which `visit` is true.
     #[inline]
-    pub(super) fn turn_old(&mut self, key: usize, r: Record) {
-        self.old.insert(key, r);
+    pub(super) fn retain_young(&mut self, mut visit: impl FnMut(&mut Record) -> bool) {
+        self.young.retain(|_, r| visit(r));
     }
 
-    /// Turns old every young record but those for which `stay` is true; `buf` is a
-    /// working buffer (left empty).
+    /// Turns old every young record but those for which `stay` is true, each after
+    /// `turning` saw it; `buf` is a working buffer (left empty).
+    #[inline]
     pub(super) fn turn_old_unless(
         &mut self,
         stay: impl Fn(&Record) -> bool,
+        mut turning: impl FnMut(&mut Record),
         buf: &mut Vec<(usize, Record)>,
     ) {
-        for (key, r) in self.young.drain() {
+        for (key, mut r) in self.young.drain() {
             if stay(&r) {
                 buf.push((key, r));
             } else {
+                turning(&mut r);
                 self.old.insert(key, r);
             }
         }
-        self.young.extend(buf.drain(..));
+        if !buf.is_empty() {
+            self.young.extend(buf.drain(..));
+        }
     }
 
     /// Makes young again the old records for which `f` is true; `buf` is a working
@@ -245,17 +254,17 @@ impl Registry {
         }
     }
 
-    /// Gives back the young table's memory when it grew for a burst of records (a
+    /// Gives back the young tier's memory when it grew for a burst of records (a
     /// dataset or a model made in one iteration): after a full walk, all of it beyond
     /// what is live; after a partial one, down to half [`KEEP`] once few are young
-    /// (otherwise every drain walks and clears a large table).
+    /// (otherwise a burst's room is kept for good).
     pub(super) fn trim_young(&mut self, full: bool) {
         let young = &mut self.young;
         if young.capacity() <= KEEP {
             return;
         }
         if full {
-            young.shrink_to_fit();
+            young.shrink_to(0);
         } else if young.len() < KEEP / 2 {
             young.shrink_to(KEEP / 2);
         }

@@ -51,7 +51,7 @@ fn registry_of(ts: &[Tensor]) -> Registry {
 fn all_old(ts: &[Tensor]) -> Registry {
     let mut reg = registry_of(ts);
     reg.start_old_tier();
-    reg.turn_old_unless(|_| false, &mut Vec::new());
+    reg.turn_old_unless(|_| false, |_| {}, &mut Vec::new());
     reg
 }
 
@@ -68,7 +68,7 @@ fn a_record_turned_old_is_still_found_iterated_and_retained() {
     reg.start_old_tier();
     let mut buf = Vec::new();
     // Even ids stay young.
-    reg.turn_old_unless(|r| r.id % 2 == 0, &mut buf);
+    reg.turn_old_unless(|r| r.id % 2 == 0, |_| {}, &mut buf);
     assert!(buf.is_empty());
     assert_eq!((reg.len(), reg.old_len()), (6, 3));
     assert_eq!(ids(&reg), [1, 2, 3, 4, 5, 6]);
@@ -130,4 +130,35 @@ fn the_round_robin_walks_every_shard() {
     }
     assert_eq!((reg.len(), reg.old_len()), (0, 0));
     drop(ts);
+}
+
+/// Young records are found by key whether few (a scan) or many (the index), after
+/// records were added, replaced, removed and taken out.
+#[test]
+fn young_records_are_found_by_key_few_or_many() {
+    let ts = tensors(40);
+    let found = |reg: &Registry, ts: &[Tensor], want: &dyn Fn(u64) -> bool| {
+        for (i, t) in ts.iter().enumerate() {
+            let id = i as u64 + 1;
+            let r = reg.young(weak::key(t)).map(|r| r.id);
+            assert_eq!(r, want(id).then_some(id), "record {id}");
+        }
+    };
+    let mut reg = Registry::default();
+    for (n, t) in ts.iter().enumerate() {
+        let (key, r) = record(t, n as u64 + 1);
+        reg.insert(key, r);
+        found(&reg, &ts, &|id| id <= n as u64 + 1);
+    }
+    assert_eq!(reg.len(), 40);
+    // Removals move records: each is still found, down to a few.
+    reg.retain(&mut |_, r| r.id % 3 != 0);
+    found(&reg, &ts, &|id| id % 3 != 0);
+    reg.retain(&mut |_, r| r.id <= 10);
+    found(&reg, &ts, &|id| id % 3 != 0 && id <= 10);
+    let (key, r) = record(&ts[2], 3);
+    reg.insert(key, r);
+    found(&reg, &ts, &|id| id <= 10 && (id % 3 != 0 || id == 3));
+    assert_eq!(reg.drain_young().count(), 8);
+    found(&reg, &ts, &|_| false);
 }

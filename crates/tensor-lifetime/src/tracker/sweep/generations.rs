@@ -173,8 +173,11 @@ impl Sweeper {
         let mut running = std::mem::take(&mut self.scratch.running);
         running_iterations(&p.frames, settled, &mut running);
         let mut stay = std::mem::take(&mut self.scratch.promote);
-        p.registry
-            .turn_old_unless(|r| r.has_graph || born_running(&running, r), &mut stay);
+        p.registry.turn_old_unless(
+            |r| r.has_graph || born_running(&running, r),
+            |_| {},
+            &mut stay,
+        );
         if !running.is_empty() {
             p.registry
                 .make_young_if(|r| born_running(&running, r), &mut stay);
@@ -217,38 +220,33 @@ impl Sweeper {
             promote,
             running,
             storages,
+            owners,
             ..
         } = scratch;
         let mut visit = Visit::new(Some(frame), log, dead, survivors, roles);
-        promote.clear();
         // Records of a loop other than this one and those enclosing it on this thread
         // (another thread's, most often): those born in its running iteration stay young.
         let mut foreign = false;
-        for (key, r) in registry.drain_young() {
+        registry.retain_young(|r| {
             foreign |= r.frame != frame as u32 && r.frame != 0;
             // Born and dead within the iteration: a temporary of its role.
-            if !visit.dead(&r, r.weak.strong_count(), true) {
-                promote.push((key, r));
-            }
-        }
+            !visit.dead(r, r.weak.strong_count(), true)
+        });
         // Those with an autograd op stay young (their graphs are walked at every sweep),
         // and those born in another thread's running iteration.
         if foreign {
             running_iterations(frames, walk.settled(), running);
         }
-        let mut i = 0;
-        while i < promote.len() {
-            let r = &promote[i].1;
-            if r.has_graph || (foreign && born_running(running, r)) {
-                let (key, r) = promote.swap_remove(i);
-                registry.insert(key, r);
-            } else {
-                i += 1;
-            }
-        }
-        // The young records that stay (autograd ops): walked, summarized exactly.
-        devices.start_count();
+        let running = &*running;
+        let stays = |r: &Record| r.has_graph || (foreign && born_running(running, r));
+        // The young records that stay: walked, summarized exactly (into the devices'
+        // count, which every walk leaves at zero).
+        let mut turning = 0;
         for (key, r) in registry.young_iter_mut() {
+            if !stays(r) {
+                turning += 1;
+                continue;
+            }
             let refcount = r.weak.strong_count();
             r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
             visit.live(*key, r, refcount);
@@ -258,34 +256,48 @@ impl Sweeper {
         }
         // Turned old: a storage shared with an older record turned old with it (or known
         // shared at the latest full walk) is that record's; otherwise the record owns it.
-        if promote.len() > 1 {
-            promote.sort_unstable_by_key(|(_, r)| r.id);
-            storages.clear();
-            for (_, r) in promote.iter_mut() {
-                match storages.get(&r.storage) {
-                    Some(owner) if !gens.shared.contains_key(&r.storage) => {
-                        gens.shared.insert(r.storage, *owner);
-                    }
-                    Some(_) => {}
-                    None => {
-                        storages.insert(
+        if turning > 1 {
+            let order = &mut *owners;
+            order.clear();
+            order.extend(
+                registry
+                    .young_iter_mut()
+                    .filter(|(_, r)| !stays(r))
+                    .map(|(_, r)| {
+                        (
                             r.storage,
                             Owner {
                                 id: r.id,
                                 site: r.site,
                             },
-                        );
+                        )
+                    }),
+            );
+            order.sort_unstable_by_key(|(_, o)| o.id);
+            storages.clear();
+            for (storage, owner) in order.iter() {
+                match storages.get(storage) {
+                    Some(first) if !gens.shared.contains_key(storage) => {
+                        gens.shared.insert(*storage, *first);
+                    }
+                    Some(_) => {}
+                    None => {
+                        storages.insert(*storage, *owner);
                     }
                 }
             }
             trim_map(storages);
+            trim_vec(order);
         }
-        for (key, mut r) in promote.drain(..) {
-            r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
-            let refcount = r.weak.strong_count() as u64;
-            gens.count(devices, &r, true, refcount);
-            registry.turn_old(key, r);
-        }
+        registry.turn_old_unless(
+            stays,
+            |r| {
+                r.owns = gens.shared.get(&r.storage).is_none_or(|o| o.id == r.id);
+                let refcount = r.weak.strong_count() as u64;
+                gens.count(devices, r, true, refcount);
+            },
+            promote,
+        );
         trim_vec(promote);
         registry.trim_young(false);
         // One shard of the old records, round robin; less often while walks find none
@@ -299,8 +311,7 @@ impl Sweeper {
         });
         let dropped = visit.dropped;
         // The split by role: the young records walked above and the old ones' aggregates.
-        roles.add_counts(gens.aggs.roles());
-        roles.finish_sweep();
+        roles.finish_sweep(Some(gens.aggs.roles()));
         let live_bytes = devices.finish_count(true);
         p.sink.drops(dropped, &mut self.scratch.dead, t_ns);
         let inputs = holders::GraphInputs {
@@ -356,16 +367,16 @@ impl Sweeper {
                 continue;
             }
             let (site, a) = (agg.unwrap().0, &agg.unwrap().1);
-            let mut s = a.summary(site);
-            let mut young_paths = [0u32; PATHS];
+            i += 1;
+            let slot = next_slot(merged, &mut used);
+            a.summary_into(site, slot);
+            // The old survivors' role and call paths.
+            a.origin_into(slot);
             holders.clear();
             holders.extend_from_slice(a.holders());
             if both {
                 let y = std::mem::take(&mut sites[j]);
                 j += 1;
-                for (to, p) in young_paths.iter_mut().zip(&y.call_paths) {
-                    *to = *p;
-                }
                 // Distinct iterations: the young survivors' that the old ones lack.
                 let mut last = None;
                 let mut extra = 0;
@@ -377,39 +388,27 @@ impl Sweeper {
                         }
                     }
                 }
-                s.survivors += y.survivors;
-                s.iterations += extra;
-                s.first_iteration = s.first_iteration.min(y.first_iteration);
-                s.last_iteration = s.last_iteration.max(y.last_iteration);
-                s.bytes += y.bytes;
-                s.view_bytes += y.view_bytes;
-                s.view_storage_bytes += y.view_storage_bytes;
-                s.refcount = s.refcount.max(y.refcount);
-                s.graph_tensors = y.graph_tensors;
-                s.graph_bytes = y.graph_bytes;
+                slot.survivors += y.survivors;
+                slot.iterations += extra;
+                slot.first_iteration = slot.first_iteration.min(y.first_iteration);
+                slot.last_iteration = slot.last_iteration.max(y.last_iteration);
+                slot.bytes += y.bytes;
+                slot.view_bytes += y.view_bytes;
+                slot.view_storage_bytes += y.view_storage_bytes;
+                slot.refcount = slot.refcount.max(y.refcount);
+                slot.graph_tensors = y.graph_tensors;
+                slot.graph_bytes = y.graph_bytes;
                 for h in &y.holders {
                     match holders.iter_mut().find(|(x, _)| *x == h.holder) {
                         Some((_, n)) => *n += h.count,
                         None => holders.push((h.holder, h.count)),
                     }
                 }
-            }
-            i += 1;
-            let slot = next_slot(merged, &mut used);
-            let (kept, paths) = (
-                std::mem::take(&mut slot.holders),
-                std::mem::take(&mut slot.call_paths),
-            );
-            *slot = SiteSweep {
-                holders: kept,
-                call_paths: paths,
-                ..s
-            };
-            // The old survivors' role and call paths; then the young ones' paths.
-            a.origin_into(slot);
-            for p in young_paths.into_iter().filter(|p| *p != 0) {
-                if slot.call_paths.len() < PATHS && !slot.call_paths.contains(&p) {
-                    slot.call_paths.push(p);
+                // Then the young survivors' paths.
+                for p in y.call_paths.iter().take(PATHS).filter(|p| **p != 0) {
+                    if slot.call_paths.len() < PATHS && !slot.call_paths.contains(p) {
+                        slot.call_paths.push(*p);
+                    }
                 }
             }
             holders::finish_holders(slot, holders);

@@ -198,6 +198,8 @@ struct Scratch {
     /// summaries merged with the aggregates.
     promote: Vec<(usize, Record)>,
     storages: FastMap<usize, Owner>,
+    /// The storages of the records turning old and their owners, oldest first.
+    owners: Vec<(usize, Owner)>,
     merged: Vec<SiteSweep>,
     /// The running iterations whose records the sweep leaves young
     /// ([`super::frames::running_iterations`]).
@@ -497,7 +499,7 @@ impl Sweeper {
             live_bytes = self.claim_storages(p);
         }
         p.devices.finish_count(false);
-        p.roles.finish_sweep();
+        p.roles.finish_sweep(None);
         summarize_survivors(
             &mut self.scratch,
             shared.then_some(&self.claims),

@@ -5,7 +5,6 @@
 //! old survivors without walking them.
 
 use super::holders::{majority, put_origin};
-use crate::tracker::keep::FastMap;
 use crate::tracker::registry::Record;
 use crate::tracker::roles;
 use crate::tracker::tally::RoleCounts;
@@ -30,6 +29,9 @@ pub(in crate::tracker) struct SiteAgg {
     /// Survivors per role (by role index): the summary's role is the most frequent, as
     /// an exact walk's.
     roles: [u32; 8],
+    /// The role index of most survivors in `roles` (the lowest on a tie), kept as they
+    /// change.
+    major: u8,
     /// The call paths that created the survivors, with their counts: the first
     /// [`PATHS`] seen (an exact walk's summary keeps as many).
     paths: [(u32, u32); PATHS],
@@ -53,25 +55,31 @@ impl SiteAgg {
     pub(in crate::tracker) fn add(&mut self, r: &Record, holder: HolderSpec, refcount: u64) {
         self.survivors += 1;
         let its = &mut self.iterations;
-        let i = match its.back() {
-            Some(last) if last.0 == r.iteration => its.len() - 1,
+        match its.back_mut() {
+            Some(last) if last.0 == r.iteration => {
+                last.1 += 1;
+                if last.1 == 1 {
+                    self.distinct += 1;
+                }
+            }
             Some(last) if last.0 > r.iteration => {
-                match its.binary_search_by_key(&r.iteration, |e| e.0) {
+                let i = match its.binary_search_by_key(&r.iteration, |e| e.0) {
                     Ok(i) => i,
                     Err(i) => {
                         its.insert(i, (r.iteration, 0));
                         i
                     }
+                };
+                its[i].1 += 1;
+                if its[i].1 == 1 {
+                    self.distinct += 1;
                 }
             }
+            // The common case: the latest iteration so far.
             _ => {
-                its.push_back((r.iteration, 0));
-                its.len() - 1
+                its.push_back((r.iteration, 1));
+                self.distinct += 1;
             }
-        };
-        its[i].1 += 1;
-        if its[i].1 == 1 {
-            self.distinct += 1;
         }
         if r.owns {
             self.bytes += r.storage_bytes;
@@ -85,7 +93,15 @@ impl SiteAgg {
             Some((_, n)) => *n += 1,
             None => self.holders.push((holder, 1)),
         }
-        self.roles[usize::from(r.role & roles::INDEX)] += 1;
+        let i = r.role & roles::INDEX;
+        self.roles[usize::from(i)] += 1;
+        let (n, best) = (
+            self.roles[usize::from(i)],
+            self.roles[usize::from(self.major)],
+        );
+        if n > best || (n == best && i < self.major) {
+            self.major = i;
+        }
         self.add_path(r.path, 1);
     }
 
@@ -110,8 +126,8 @@ impl SiteAgg {
                 used += 1;
             }
         }
-        let role = majority(&self.roles);
-        put_origin(s, role, &mut paths[..used]);
+        debug_assert_eq!(self.major, majority(&self.roles));
+        put_origin(s, self.major, &mut paths[..used]);
     }
 
     /// One survivor's role changed (a hint seen on an old record).
@@ -119,6 +135,7 @@ impl SiteAgg {
         let n = &mut self.roles[usize::from(from & roles::INDEX)];
         *n = n.saturating_sub(1);
         self.roles[usize::from(to & roles::INDEX)] += 1;
+        self.major = majority(&self.roles);
     }
 
     /// Takes old record `r` (found dead), counted as held by `holder`.
@@ -156,6 +173,7 @@ impl SiteAgg {
         }
         let role = &mut self.roles[usize::from(r.role & roles::INDEX)];
         *role = role.saturating_sub(1);
+        self.major = majority(&self.roles);
         if let Some(e) = self.paths.iter_mut().find(|e| e.0 == r.path && e.1 > 0) {
             e.1 -= 1;
         }
@@ -176,19 +194,30 @@ impl SiteAgg {
     }
 
     /// The summary of these survivors (holders not yet chosen: [`super::holders::finish_holders`]).
+    #[cfg(test)]
     pub(in crate::tracker) fn summary(&self, site: u32) -> SiteSweep {
-        SiteSweep {
-            site,
-            survivors: self.survivors,
-            bytes: self.bytes,
-            iterations: self.distinct,
-            first_iteration: self.iterations.front().map_or(0, |e| u64::from(e.0)),
-            last_iteration: self.iterations.back().map_or(0, |e| u64::from(e.0)),
-            refcount: self.refcount,
-            view_bytes: self.view_bytes,
-            view_storage_bytes: self.view_storage_bytes,
-            ..SiteSweep::default()
-        }
+        let mut s = SiteSweep::default();
+        self.summary_into(site, &mut s);
+        s
+    }
+
+    /// [`SiteAgg::summary`] written over `slot`, an earlier summary whose holders and
+    /// call paths are left as they are (their allocations kept; see
+    /// [`SiteAgg::origin_into`] and [`super::holders::finish_holders`]), its role unset.
+    #[inline]
+    pub(in crate::tracker) fn summary_into(&self, site: u32, slot: &mut SiteSweep) {
+        slot.site = site;
+        slot.survivors = self.survivors;
+        slot.bytes = self.bytes;
+        slot.iterations = self.distinct;
+        slot.first_iteration = self.iterations.front().map_or(0, |e| u64::from(e.0));
+        slot.last_iteration = self.iterations.back().map_or(0, |e| u64::from(e.0));
+        slot.refcount = self.refcount;
+        slot.view_bytes = self.view_bytes;
+        slot.view_storage_bytes = self.view_storage_bytes;
+        slot.graph_tensors = 0;
+        slot.graph_bytes = 0;
+        slot.role = None;
     }
 
     /// Takes in `other`, the survivors of a closed nested loop at this site, now all
@@ -225,6 +254,7 @@ impl SiteAgg {
         for (mine, theirs) in self.roles.iter_mut().zip(other.roles) {
             *mine += theirs;
         }
+        self.major = majority(&self.roles);
         for (path, n) in other.paths {
             self.add_path(path, n);
         }
@@ -242,7 +272,9 @@ impl SiteAgg {
 /// bytes per device are [`crate::tracker::tally::Devices::old`]).
 #[derive(Default)]
 pub(in crate::tracker) struct Aggregates {
-    frames: FastMap<u32, Vec<(u32, SiteAgg)>>,
+    /// By frame, in the order first counted: the frames with old survivors are few (the
+    /// open loops), so a scan finds one sooner than a hash would.
+    frames: Vec<(u32, Vec<(u32, SiteAgg)>)>,
     roles: RoleCounts,
 }
 
@@ -265,16 +297,20 @@ impl Aggregates {
 
     /// The counts of `frame`'s sites, by site.
     pub(in crate::tracker) fn frame(&self, frame: u32) -> Option<&[(u32, SiteAgg)]> {
-        self.frames.get(&frame).map(Vec::as_slice)
+        self.frames
+            .iter()
+            .find(|(f, _)| *f == frame)
+            .map(|(_, sites)| sites.as_slice())
     }
 
     /// A nested loop `frame` closed: the counts of its old survivors move to the
     /// enclosing frame's `iteration` (`parent` 0: none; records outside any loop are not
     /// counted), as its records do. What a full walk would rebuild, without the walk.
     pub(in crate::tracker) fn reframe(&mut self, frame: u32, parent: u32, iteration: u32) {
-        let Some(sites) = self.frames.remove(&frame) else {
+        let Some(i) = self.frames.iter().position(|(f, _)| *f == frame) else {
             return;
         };
+        let (_, sites) = self.frames.swap_remove(i);
         if parent == 0 {
             return;
         }
@@ -285,7 +321,14 @@ impl Aggregates {
 
     /// The counts of (`frame`, `site`), made empty when first asked for.
     pub(in crate::tracker) fn site_mut(&mut self, frame: u32, site: u32) -> &mut SiteAgg {
-        let v = self.frames.entry(frame).or_default();
+        let f = match self.frames.iter().position(|(f, _)| *f == frame) {
+            Some(f) => f,
+            None => {
+                self.frames.push((frame, Vec::new()));
+                self.frames.len() - 1
+            }
+        };
+        let v = &mut self.frames[f].1;
         let i = match v.binary_search_by_key(&site, |e| e.0) {
             Ok(i) => i,
             Err(i) => {
