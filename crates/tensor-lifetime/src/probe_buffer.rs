@@ -302,7 +302,7 @@ impl<T: Send> Producer<T> {
         let mut slots = unsafe { &*ring.slots.get() };
         let used = tail.wrapping_sub(head);
         if used == slots.len() || (used == 0 && slots.len() > Registry::<T>::KEEP) {
-            self.make_room(registry, drain);
+            self.make_room(registry, drain, 1);
             // SAFETY: as above.
             slots = unsafe { &*ring.slots.get() };
         }
@@ -311,22 +311,62 @@ impl<T: Send> Producer<T> {
         ring.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 
-    /// A full ring: drained by `drain`, else grown. A large empty one: shrunk.
+    /// Appends `first`, `second` and `third` (if any) as one group: published together,
+    /// so a drain sees all of them or none (an entry and the entries that complete it).
+    /// Otherwise as [`Producer::push`].
+    #[inline]
+    pub(crate) fn push_group(
+        &self,
+        (first, second, third): (T, T, Option<T>),
+        registry: &Registry<T>,
+        drain: impl FnOnce(),
+    ) {
+        let ring = &*self.ring;
+        let tail = ring.tail.load(Ordering::Relaxed);
+        let head = ring.head.load(Ordering::Acquire);
+        // SAFETY: as in `push`.
+        let mut slots = unsafe { &*ring.slots.get() };
+        let used = tail.wrapping_sub(head);
+        if used + 3 > slots.len() || (used == 0 && slots.len() > Registry::<T>::KEEP) {
+            self.make_room(registry, drain, 3);
+            // SAFETY: as above.
+            slots = unsafe { &*ring.slots.get() };
+        }
+        let mask = slots.len() - 1;
+        let slot = |i: usize| slots[tail.wrapping_add(i) & mask].get();
+        // SAFETY: the 3 slots from `tail` are the producer's (room was made for them).
+        unsafe {
+            (*slot(0)).write(first);
+            (*slot(1)).write(second);
+        }
+        let n = match third {
+            Some(third) => {
+                // SAFETY: as above.
+                unsafe { (*slot(2)).write(third) };
+                3
+            }
+            None => 2,
+        };
+        ring.tail.store(tail.wrapping_add(n), Ordering::Release);
+    }
+
+    /// A ring without room for `need` more entries: drained by `drain`, else grown. A
+    /// large empty one: shrunk.
     #[cold]
     #[inline(never)]
-    fn make_room(&self, registry: &Registry<T>, drain: impl FnOnce()) {
+    fn make_room(&self, registry: &Registry<T>, drain: impl FnOnce(), need: usize) {
         let ring = &*self.ring;
         if !ring.is_empty() {
             drain();
         }
-        self.resize(registry);
+        self.resize(registry, need);
     }
 
-    /// Grows a full ring to twice its slots, or shrinks a large empty one; does nothing
-    /// to any other.
+    /// Grows a ring without room for `need` more entries (to twice its slots, or more),
+    /// or shrinks a large empty one; does nothing to any other.
     #[cold]
     #[inline(never)]
-    fn resize(&self, registry: &Registry<T>) {
+    fn resize(&self, registry: &Registry<T>, need: usize) {
         let ring = &*self.ring;
         // No consumer runs while this is held (an unregistered ring has none at all).
         let _rings = registry.rings.lock();
@@ -335,9 +375,9 @@ impl<T: Send> Producer<T> {
         let used = tail.wrapping_sub(head);
         // SAFETY: the producer, holding the lock: no other reference to the array exists.
         let old = unsafe { &mut *ring.slots.get() };
-        let capacity = if used == old.len() {
-            old.len() * 2
-        } else if used == 0 && old.len() > Registry::<T>::KEEP {
+        let capacity = if used + need > old.len() {
+            (old.len() * 2).max((used + need).next_power_of_two())
+        } else if used == 0 && old.len() > Registry::<T>::KEEP && need <= Registry::<T>::INITIAL {
             Registry::<T>::INITIAL
         } else {
             // A drain made room meanwhile.

@@ -69,6 +69,7 @@
 //! judgement directly).
 
 mod answers;
+mod clock;
 mod drain;
 mod frames;
 mod inputs;
@@ -100,7 +101,7 @@ use crate::weak;
 use frames::SessionJudgement;
 use keep::FastMap;
 use parking_lot::Mutex;
-use probe::{Pending, PrimaryLoop};
+use probe::{Entry, PrimaryLoop};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -189,9 +190,12 @@ struct State {
     /// The walks: claims, the old records' aggregates, their working buffers.
     sweeper: Sweeper,
     /// Probes taken from the threads' buffers (kept for its capacity).
-    drained: Vec<Pending>,
-    /// The event log's latest birth event, refilled for the next one.
-    born: Option<Event>,
+    drained: Vec<Entry>,
+    /// The event log's clock: turns the probes' stamps into nanoseconds.
+    clock: clock::Clock,
+    /// The devices' names in the event log, by device; their index codes a birth's
+    /// dtype and device for the log's writer.
+    device_names: Vec<(crate::device::DeviceId, String)>,
 }
 
 /// The process-wide tracker.
@@ -247,7 +251,11 @@ impl Tracker {
             timed: log.is_some(),
             config,
             start,
-            state: Mutex::new(State::new(log, exact_max)),
+            state: Mutex::new(State {
+                // The event log's times count from the tracker's start.
+                clock: clock::Clock::new(start),
+                ..State::new(log, exact_max)
+            }),
             next_frame: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             primary: PrimaryLoop::default(),
@@ -274,13 +282,14 @@ impl Tracker {
         self.start.elapsed().as_nanos() as u64
     }
 
-    /// [`Tracker::now_ns`] when an event log is written (its events carry times), else 0:
-    /// nothing else reads the times of probes and iterations, and a clock read is not free
-    /// on every host (a virtual machine's clock source may need a system call).
+    /// A time stamp ([`crate::phase_timing::ticks`], turned into nanoseconds at the next
+    /// drain by [`clock::Clock`]) when an event log is written (its events carry times),
+    /// else 0: nothing else reads the times of probes and iterations, and a clock read is
+    /// not free on every host (a virtual machine's clock source may need a system call).
     #[inline]
     pub(crate) fn stamp(&self) -> u64 {
         if self.timed {
-            self.now_ns()
+            crate::phase_timing::ticks()
         } else {
             0
         }
@@ -303,7 +312,8 @@ impl State {
             },
             sweeper: Sweeper::new(exact_max),
             drained: Vec::new(),
-            born: None,
+            clock: clock::Clock::new(Instant::now()),
+            device_names: Vec::new(),
         }
     }
 
@@ -393,9 +403,10 @@ mod tests {
             "{}",
             std::mem::size_of::<registry::Record>()
         );
-        // A probe entry is one cache line, aligned to one: the probe writes a single line.
-        assert_eq!(std::mem::size_of::<Pending>(), 64);
-        assert_eq!(std::mem::align_of::<Pending>(), 64);
+        // A probe entry is one cache line, aligned to one: the probe writes a single line
+        // (and one more with an event log).
+        assert_eq!(std::mem::size_of::<Entry>(), 64);
+        assert_eq!(std::mem::align_of::<Entry>(), 64);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! session. Only its own thread touches it (no lock); the tracker's global state is
 //! reached from here only through the ring's drain.
 
-use super::{Pending, RINGS};
+use super::{Entry, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,7 +31,7 @@ pub(crate) struct SessionMark {
 }
 
 pub(in crate::tracker) struct Local {
-    pub(in crate::tracker) buf: Producer<Pending>,
+    pub(in crate::tracker) buf: Producer<Entry>,
     /// Open loops on this thread, outermost first: read and written through
     /// [`Local::loops`].
     stack: RefCell<Vec<OpenLoop>>,

@@ -1,5 +1,6 @@
 //! The probe: the hot path, no lock. A probe appends one entry ([`Pending`]) to its
-//! thread's ring ([`enter`]); a drain ([`Rings::drain_with`]) hands every thread's entries, in
+//! thread's ring ([`enter`]), with an event log also what the log's events need of it
+//! ([`Logged`], in the same ring: no allocation); a drain ([`Rings::drain_with`]) hands every thread's entries, in
 //! probe order, to the tracker's root, which merges them into the registry. The
 //! per-thread state ([`local`]: the ring, the open loops, the session), where a tensor
 //! was born ([`birth`]) and what is read of a tensor ([`observe`]) are here too.
@@ -16,17 +17,42 @@ pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub(in crate::tracker) use observe::{Observed, View};
 
 use super::roles;
+use crate::device::DeviceId;
 use crate::probe_buffer::Registry;
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use observe::own_bytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// One probe's observation, buffered per thread until the next sweep. One cache line,
-/// aligned to one: a probe writes a single line of its ring.
+/// One entry of a thread's ring: a probe, or (with an event log) what the log needs of
+/// the probe just before it, pushed with it as one group. One cache line, aligned to
+/// one: a probe writes a single line of its ring (two with a log).
 #[derive(Debug)]
 #[repr(align(64))]
+pub(crate) enum Entry {
+    Probe(Pending),
+    Logged(Logged),
+    /// The shape of the probe before, when [`Logged`] cannot hold it (a rank above
+    /// [`INLINE_RANK`], or a dimension of 2^32 or more): its probe order and the dims.
+    Shape(u64, Box<[usize]>),
+}
+
+impl Entry {
+    /// The global probe order of the entry's probe (the entries that complete a probe
+    /// carry its order, so a stable sort keeps them after it).
+    #[inline]
+    pub(in crate::tracker) fn seq(&self) -> u64 {
+        match self {
+            Entry::Probe(p) => p.seq,
+            Entry::Logged(l) => l.seq,
+            Entry::Shape(seq, _) => *seq,
+        }
+    }
+}
+
+/// One probe's observation, buffered per thread until the next sweep.
+#[derive(Debug)]
 pub(crate) struct Pending {
     /// The tensor (its key is the handle's address, [`WeakTensor::key`]).
     pub(in crate::tracker) weak: WeakTensor,
@@ -55,26 +81,67 @@ pub(crate) struct Pending {
     /// The tensor's own bytes (elements times element size; its view, not its storage):
     /// the size the shape-churn finding judges. Read without the storage's lock.
     pub(in crate::tracker) bytes: u64,
-    /// What only the event log needs, read only when one is written.
-    pub(in crate::tracker) logged: Option<Box<Logged>>,
 }
 
-/// The part of a probe only the event log's events carry.
+/// The dimensions a [`Logged`] entry holds in place.
+pub(in crate::tracker) const INLINE_RANK: usize = 4;
+
+/// What only the event log's events carry of a probe (its `born` event, for a tensor
+/// dropped before the drain too), read only when one is written. Its shape is in place
+/// up to [`INLINE_RANK`] dimensions below 2^32; a larger one follows as an
+/// [`Entry::Shape`] (`rank` is then [`Logged::SHAPE_FOLLOWS`]).
 #[derive(Debug)]
 pub(in crate::tracker) struct Logged {
-    pub(in crate::tracker) t_ns: u64,
-    pub(in crate::tracker) thread: u32,
-    pub(in crate::tracker) view: View,
-    pub(in crate::tracker) dims: Vec<usize>,
-    /// The storage as of the probe (a birth's event carries it even for a tensor dropped
-    /// before the drain).
+    /// The probe's order (as its [`Pending::seq`]).
+    pub(in crate::tracker) seq: u64,
+    /// When probed ([`crate::phase_timing::ticks`]; the drain turns it into ns).
+    pub(in crate::tracker) stamp: u64,
+    /// The storage as of the probe.
     pub(in crate::tracker) storage: Observed,
+    pub(in crate::tracker) dims: [u32; INLINE_RANK],
+    pub(in crate::tracker) thread: u32,
+    pub(in crate::tracker) device: DeviceId,
+    pub(in crate::tracker) dtype: DType,
+    pub(in crate::tracker) rank: u8,
+}
+
+impl Logged {
+    /// [`Logged::rank`] of a shape that follows as an [`Entry::Shape`].
+    pub(in crate::tracker) const SHAPE_FOLLOWS: u8 = u8::MAX;
+
+    /// What the log needs of `t`, probed with order `seq` at `stamp` on `thread`; the
+    /// shape that does not fit in place, apart.
+    #[inline]
+    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> (Logged, Option<Box<[usize]>>) {
+        let shape = t.dims();
+        let mut dims = [0u32; INLINE_RANK];
+        let fits = shape.len() <= INLINE_RANK
+            && shape.iter().zip(&mut dims).all(|(d, to)| {
+                *to = *d as u32;
+                *d <= u32::MAX as usize
+            });
+        let logged = Logged {
+            seq,
+            stamp,
+            storage: Observed::of(t),
+            dims,
+            thread: thread as u32,
+            device: DeviceId::of_location(t.device().location()),
+            dtype: t.dtype(),
+            rank: if fits {
+                shape.len() as u8
+            } else {
+                Logged::SHAPE_FOLLOWS
+            },
+        };
+        (logged, (!fits).then(|| shape.into()))
+    }
 }
 
 /// The threads' probe rings and the global probe order: process-wide, as the tracker
 /// is, and reached without its lock.
 pub(in crate::tracker) struct Rings {
-    buffers: Registry<Pending>,
+    buffers: Registry<Entry>,
     /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
     /// A second thread has a probe buffer (set before that thread's first probe; never
@@ -104,8 +171,8 @@ impl Rings {
     #[inline]
     pub(in crate::tracker) fn drain_with(
         &self,
-        merged: &mut Vec<Pending>,
-        merge: impl FnOnce(&mut [Pending], &mut [Pending], bool),
+        merged: &mut Vec<Entry>,
+        merge: impl FnOnce(&mut [Entry], &mut [Entry], bool),
     ) {
         self.buffers.drain_with(
             merged,
@@ -114,7 +181,7 @@ impl Rings {
             // the worker's site as its creation site, whichever thread's buffer is drained
             // first. Each buffer is in probe order already. Stable: the first thread's
             // probes from before `threaded` all have 0.
-            |all| all.sort_by_key(|p| p.seq),
+            |all| all.sort_by_key(Entry::seq),
             // One thread's probes are read in place, in its ring.
             |a, b| merge(a, b, self.threaded.load(Ordering::Relaxed)),
         );
@@ -135,15 +202,15 @@ pub(in crate::tracker) fn sampled_out(t: &Tensor, scale: u64) -> bool {
 
 /// Records a tensor seen at `site` (a binding, or a store when `store`) with the role
 /// byte `hint` (0: none; else the site's role, [`roles::hint`]) in this thread's ring.
-/// `primary` is where a thread with no loop lends its tensors; `now` is the clock read
-/// when an event log is written (`timed`); `drain` empties the rings when this one is
-/// full.
+/// `primary` is where a thread with no loop lends its tensors; `stamp` is the probe's
+/// time stamp when an event log is written (`timed`); `drain` empties the rings when this
+/// one is full.
 #[inline(always)]
 pub(in crate::tracker) fn enter(
     t: &Tensor,
     (site, store, hint): (&'static Site, bool, u8),
     primary: &PrimaryLoop,
-    (timed, now): (bool, impl Fn() -> u64),
+    (timed, stamp): (bool, impl Fn() -> u64),
     drain: impl FnOnce(),
 ) {
     // One counter for all threads: its order agrees with every thread's program
@@ -181,34 +248,30 @@ pub(in crate::tracker) fn enter(
             }
         };
         drop(stack);
-        let logged = timed.then(|| {
-            Box::new(Logged {
-                t_ns: now(),
-                thread: local.thread as u32,
-                view: View::of(t),
-                dims: t.dims().to_vec(),
-                storage: Observed::of(t),
-            })
+        let pending = Entry::Probe(Pending {
+            weak: WeakTensor::new(t),
+            site,
+            store,
+            frame: birth.frame as u32,
+            iteration: birth.iteration as u32,
+            session: birth.session as u32,
+            serial: serial as u32,
+            seq,
+            first,
+            role: roles::at_probe(t, hint, site.role),
+            path: crate::call_path::current(),
+            bytes: own_bytes::<false>(t),
         });
-        local.buf.push(
-            Pending {
-                weak: WeakTensor::new(t),
-                site,
-                store,
-                frame: birth.frame as u32,
-                iteration: birth.iteration as u32,
-                session: birth.session as u32,
-                serial: serial as u32,
-                seq,
-                first,
-                role: roles::at_probe(t, hint, site.role),
-                path: crate::call_path::current(),
-                bytes: own_bytes::<false>(t),
-                logged,
-            },
-            &RINGS.buffers,
-            // Full: the probes go to the registry now (the buffer keeps its size).
-            drain,
+        // Full: the probes go to the registry now (the buffer keeps its size).
+        if !timed {
+            return local.buf.push(pending, &RINGS.buffers, drain);
+        }
+        let (logged, shape) = Logged::of(t, seq, stamp(), local.thread);
+        let group = (
+            pending,
+            Entry::Logged(logged),
+            shape.map(|s| Entry::Shape(seq, s)),
         );
+        local.buf.push_group(group, &RINGS.buffers, drain);
     });
 }
