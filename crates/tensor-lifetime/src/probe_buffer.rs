@@ -292,8 +292,20 @@ impl<T: Send> Producer<T> {
     /// Appends `value`. `registry`: the one this ring is registered with. A full ring
     /// calls `drain` (which should drain the registry) and grows only if that made no
     /// room (a ring no registry drains), so a registered ring keeps its size.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn push(&self, value: T, registry: &Registry<T>, drain: impl FnOnce()) {
+        self.push_with(|| value, registry, drain);
+    }
+
+    /// [`Producer::push`] of the value `make` returns, made once the ring has room: made
+    /// in its slot (a value made before a possible drain is copied there).
+    #[inline]
+    pub(crate) fn push_with(
+        &self,
+        make: impl FnOnce() -> T,
+        registry: &Registry<T>,
+        drain: impl FnOnce(),
+    ) {
         let ring = &*self.ring;
         let tail = ring.tail.load(Ordering::Relaxed);
         let head = ring.head.load(Ordering::Acquire);
@@ -307,7 +319,7 @@ impl<T: Send> Producer<T> {
             slots = unsafe { &*ring.slots.get() };
         }
         // SAFETY: a slot at or after `tail` is the producer's (the ring is not full).
-        unsafe { (*slots[tail & (slots.len() - 1)].get()).write(value) };
+        unsafe { (*slots[tail & (slots.len() - 1)].get()).write(make()) };
         ring.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 
@@ -531,5 +543,41 @@ mod tests {
         }
         drop(registry);
         assert_eq!(drops.load(Ordering::Relaxed), 300);
+    }
+
+    /// A group is published whole: a drain that a full ring calls in the middle of the
+    /// pushes never sees a group's first entry without the rest, and a ring whose room
+    /// is less than a group grows.
+    #[test]
+    fn a_group_is_never_split_by_a_drain() {
+        let registry = Registry::new();
+        let (p, _) = registry.register();
+        let out = std::cell::RefCell::new(Vec::new());
+        let take = || out.borrow_mut().extend(drain(&registry, |v| *v));
+        for i in 0..700u64 {
+            let third = (i % 3 == 0).then_some(i * 10 + 2);
+            p.push_group((i * 10, i * 10 + 1, third), &registry, take);
+            if i % 5 == 0 {
+                p.push_with(|| i * 10 + 9, &registry, take);
+            }
+        }
+        take();
+        let out = out.into_inner();
+        let mut i = 0;
+        while i < out.len() {
+            let g = out[i] / 10;
+            assert_eq!(out[i], g * 10, "a group's first entry at {i}");
+            assert_eq!(out[i + 1], g * 10 + 1, "its second right after");
+            i += 2;
+            if g % 3 == 0 {
+                assert_eq!(out[i], g * 10 + 2, "its third right after");
+                i += 1;
+            }
+            if g % 5 == 0 {
+                assert_eq!(out[i], g * 10 + 9);
+                i += 1;
+            }
+        }
+        assert_eq!(i, 700 * 2 + 234 + 140);
     }
 }

@@ -5,7 +5,7 @@
 //! event log the merge is the same, and writes each probe's events from what the probe
 //! kept for them ([`Capture`]).
 
-use super::probe::{self, Entry, Logged, Observed, Pending, View, INLINE_RANK, RINGS};
+use super::probe::{self, Entry, Logged, Observed, Pending, View, RINGS, SHAPE_RANK};
 use super::registry::Record;
 use super::{roles, Input, State, Tracker};
 use crate::device::DeviceId;
@@ -21,7 +21,7 @@ struct Capture<'a> {
     t_ns: u64,
     thread: u64,
     storage: Observed,
-    shape: &'a [usize],
+    shape: Option<&'a [usize]>,
     dtype: DType,
     device: DeviceId,
 }
@@ -156,17 +156,23 @@ impl State {
                 self.merge(p, None);
                 continue;
             };
-            let mut inline = [0usize; INLINE_RANK];
-            let shape: &[usize] = if l.rank == Logged::SHAPE_FOLLOWS {
+            let mut dims = [0usize; SHAPE_RANK];
+            let shape: Option<&[usize]> = if l.rank == Logged::SHAPE_FOLLOWS {
                 match entries.next_if(|e| matches!(e, Entry::Shape(..))) {
-                    Some(Entry::Shape(_, dims)) => dims,
-                    _ => &[],
+                    Some(Entry::Shape(_, rank, apart)) if usize::from(*rank) <= SHAPE_RANK => {
+                        for (to, d) in dims.iter_mut().zip(apart.iter()) {
+                            *to = *d as usize;
+                        }
+                        Some(&dims[..usize::from(*rank)])
+                    }
+                    // A rank above what an entry holds: no shape.
+                    _ => None,
                 }
             } else {
-                for (to, d) in inline.iter_mut().zip(&l.dims) {
+                for (to, d) in dims.iter_mut().zip(&l.dims) {
                     *to = *d as usize;
                 }
-                &inline[..usize::from(l.rank)]
+                Some(&dims[..usize::from(l.rank)])
             };
             let capture = Capture {
                 t_ns: self.clock.ns(l.stamp),
@@ -249,7 +255,7 @@ impl State {
             iteration,
             bytes: c.storage.storage_bytes,
             storage: c.storage.storage as u64,
-            shape: Some(c.shape),
+            shape: c.shape,
             dtype: c.dtype.as_str(),
             device,
             thread: c.thread,

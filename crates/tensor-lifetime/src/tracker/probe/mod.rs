@@ -10,6 +10,7 @@ mod local;
 mod observe;
 
 pub(in crate::tracker) use birth::{Birth, PrimaryLoop};
+use local::Local;
 pub(in crate::tracker) use local::{
     in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL,
 };
@@ -34,8 +35,9 @@ pub(crate) enum Entry {
     Probe(Pending),
     Logged(Logged),
     /// The shape of the probe before, when [`Logged`] cannot hold it (a rank above
-    /// [`INLINE_RANK`], or a dimension of 2^32 or more): its probe order and the dims.
-    Shape(u64, Box<[usize]>),
+    /// [`INLINE_RANK`], or a dimension of 2^32 or more): its probe order, the rank and
+    /// the dims (up to [`SHAPE_RANK`]). No variant but the probe's needs dropping.
+    Shape(u64, u8, [u64; SHAPE_RANK]),
 }
 
 impl Entry {
@@ -46,7 +48,7 @@ impl Entry {
         match self {
             Entry::Probe(p) => p.seq,
             Entry::Logged(l) => l.seq,
-            Entry::Shape(seq, _) => *seq,
+            Entry::Shape(seq, ..) => *seq,
         }
     }
 }
@@ -83,6 +85,10 @@ pub(crate) struct Pending {
     pub(in crate::tracker) bytes: u64,
 }
 
+/// The dimensions an [`Entry::Shape`] holds: a larger rank is written without its shape
+/// (a `born` event's shape is optional).
+pub(in crate::tracker) const SHAPE_RANK: usize = 6;
+
 /// The dimensions a [`Logged`] entry holds in place.
 pub(in crate::tracker) const INLINE_RANK: usize = 4;
 
@@ -112,7 +118,7 @@ impl Logged {
     /// What the log needs of `t`, probed with order `seq` at `stamp` on `thread`; the
     /// shape that does not fit in place, apart.
     #[inline]
-    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> (Logged, Option<Box<[usize]>>) {
+    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> (Logged, Option<Entry>) {
         let shape = t.dims();
         let mut dims = [0u32; INLINE_RANK];
         let fits = shape.len() <= INLINE_RANK
@@ -134,7 +140,19 @@ impl Logged {
                 Logged::SHAPE_FOLLOWS
             },
         };
-        (logged, (!fits).then(|| shape.into()))
+        let apart = (!fits).then(|| {
+            let mut dims = [0u64; SHAPE_RANK];
+            for (to, d) in dims.iter_mut().zip(shape) {
+                *to = *d as u64;
+            }
+            let rank = if shape.len() <= SHAPE_RANK {
+                shape.len() as u8
+            } else {
+                u8::MAX
+            };
+            Entry::Shape(seq, rank, dims)
+        });
+        (logged, apart)
     }
 }
 
@@ -248,30 +266,63 @@ pub(in crate::tracker) fn enter(
             }
         };
         drop(stack);
-        let pending = Entry::Probe(Pending {
-            weak: WeakTensor::new(t),
+        let probe = Probe {
             site,
             store,
-            frame: birth.frame as u32,
-            iteration: birth.iteration as u32,
-            session: birth.session as u32,
-            serial: serial as u32,
+            hint,
+            birth,
+            serial,
             seq,
             first,
-            role: roles::at_probe(t, hint, site.role),
+        };
+        if timed {
+            return logged(t, probe, (stamp(), local), drain);
+        }
+        // Full: the probes go to the registry now (the buffer keeps its size).
+        local
+            .buf
+            .push_with(|| probe.entry(t), &RINGS.buffers, drain);
+    });
+}
+
+/// What [`enter`] read of a probe before its entry is made.
+struct Probe {
+    site: &'static Site,
+    store: bool,
+    hint: u8,
+    birth: Birth,
+    serial: u64,
+    seq: u64,
+    first: bool,
+}
+
+impl Probe {
+    /// The probe's entry (read now: the role, the call path, the own bytes).
+    #[inline(always)]
+    fn entry(self, t: &Tensor) -> Entry {
+        Entry::Probe(Pending {
+            weak: WeakTensor::new(t),
+            site: self.site,
+            store: self.store,
+            frame: self.birth.frame as u32,
+            iteration: self.birth.iteration as u32,
+            session: self.birth.session as u32,
+            serial: self.serial as u32,
+            seq: self.seq,
+            first: self.first,
+            role: roles::at_probe(t, self.hint, self.site.role),
             path: crate::call_path::current(),
             bytes: own_bytes::<false>(t),
-        });
-        // Full: the probes go to the registry now (the buffer keeps its size).
-        if !timed {
-            return local.buf.push(pending, &RINGS.buffers, drain);
-        }
-        let (logged, shape) = Logged::of(t, seq, stamp(), local.thread);
-        let group = (
-            pending,
-            Entry::Logged(logged),
-            shape.map(|s| Entry::Shape(seq, s)),
-        );
-        local.buf.push_group(group, &RINGS.buffers, drain);
-    });
+        })
+    }
+}
+
+/// [`enter`] with an event log: the probe and what the log needs of it (stamped
+/// `stamp`), pushed as one group. Out of line: the path without a log stays short.
+#[inline(never)]
+fn logged(t: &Tensor, probe: Probe, (stamp, local): (u64, &Local), drain: impl FnOnce()) {
+    let seq = probe.seq;
+    let (logged, shape) = Logged::of(t, seq, stamp, local.thread);
+    let group = (probe.entry(t), Entry::Logged(logged), shape);
+    local.buf.push_group(group, &RINGS.buffers, drain);
 }
