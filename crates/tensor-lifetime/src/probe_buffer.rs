@@ -323,45 +323,6 @@ impl<T: Send> Producer<T> {
         ring.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 
-    /// Appends `first`, `second` and `third` (if any) as one group: published together,
-    /// so a drain sees all of them or none (an entry and the entries that complete it).
-    /// Otherwise as [`Producer::push`].
-    #[inline]
-    pub(crate) fn push_group(
-        &self,
-        (first, second, third): (T, T, Option<T>),
-        registry: &Registry<T>,
-        drain: impl FnOnce(),
-    ) {
-        let ring = &*self.ring;
-        let tail = ring.tail.load(Ordering::Relaxed);
-        let head = ring.head.load(Ordering::Acquire);
-        // SAFETY: as in `push`.
-        let mut slots = unsafe { &*ring.slots.get() };
-        let used = tail.wrapping_sub(head);
-        if used + 3 > slots.len() || (used == 0 && slots.len() > Registry::<T>::KEEP) {
-            self.make_room(registry, drain, 3);
-            // SAFETY: as above.
-            slots = unsafe { &*ring.slots.get() };
-        }
-        let mask = slots.len() - 1;
-        let slot = |i: usize| slots[tail.wrapping_add(i) & mask].get();
-        // SAFETY: the 3 slots from `tail` are the producer's (room was made for them).
-        unsafe {
-            (*slot(0)).write(first);
-            (*slot(1)).write(second);
-        }
-        let n = match third {
-            Some(third) => {
-                // SAFETY: as above.
-                unsafe { (*slot(2)).write(third) };
-                3
-            }
-            None => 2,
-        };
-        ring.tail.store(tail.wrapping_add(n), Ordering::Release);
-    }
-
     /// A ring without room for `need` more entries: drained by `drain`, else grown. A
     /// large empty one: shrunk.
     #[cold]
@@ -543,41 +504,5 @@ mod tests {
         }
         drop(registry);
         assert_eq!(drops.load(Ordering::Relaxed), 300);
-    }
-
-    /// A group is published whole: a drain that a full ring calls in the middle of the
-    /// pushes never sees a group's first entry without the rest, and a ring whose room
-    /// is less than a group grows.
-    #[test]
-    fn a_group_is_never_split_by_a_drain() {
-        let registry = Registry::new();
-        let (p, _) = registry.register();
-        let out = std::cell::RefCell::new(Vec::new());
-        let take = || out.borrow_mut().extend(drain(&registry, |v| *v));
-        for i in 0..700u64 {
-            let third = (i % 3 == 0).then_some(i * 10 + 2);
-            p.push_group((i * 10, i * 10 + 1, third), &registry, take);
-            if i % 5 == 0 {
-                p.push_with(|| i * 10 + 9, &registry, take);
-            }
-        }
-        take();
-        let out = out.into_inner();
-        let mut i = 0;
-        while i < out.len() {
-            let g = out[i] / 10;
-            assert_eq!(out[i], g * 10, "a group's first entry at {i}");
-            assert_eq!(out[i + 1], g * 10 + 1, "its second right after");
-            i += 2;
-            if g % 3 == 0 {
-                assert_eq!(out[i], g * 10 + 2, "its third right after");
-                i += 1;
-            }
-            if g % 5 == 0 {
-                assert_eq!(out[i], g * 10 + 9);
-                i += 1;
-            }
-        }
-        assert_eq!(i, 700 * 2 + 234 + 140);
     }
 }

@@ -5,7 +5,7 @@
 //! event log the merge is the same, and writes each probe's events from what the probe
 //! kept for them ([`Capture`]).
 
-use super::probe::{self, Entry, Logged, Observed, Pending, View, RINGS, SHAPE_RANK};
+use super::probe::{self, Observed, Pending, View, RINGS};
 use super::registry::Record;
 use super::{roles, Input, State, Tracker};
 use crate::device::DeviceId;
@@ -21,7 +21,7 @@ struct Capture<'a> {
     t_ns: u64,
     thread: u64,
     storage: Observed,
-    shape: Option<&'a [usize]>,
+    shape: &'a [usize],
     dtype: DType,
     device: DeviceId,
 }
@@ -119,10 +119,10 @@ impl Tracker {
 }
 
 impl State {
-    /// Merges a drain's entries (`a` then `b`, in probe order) into the registry. The
+    /// Merges a drain's probes (`a` then `b`, in probe order) into the registry. The
     /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
     /// than one thread has probed.
-    fn merge_drained(&mut self, a: &mut [Entry], b: &mut [Entry], threaded: bool) {
+    fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
         if self.parts.sink.logs() {
             return self.merge_logged(a, b, threaded);
         }
@@ -130,12 +130,10 @@ impl State {
         // several threads probe: a later probe of it, on the thread it was handed to, may
         // have been drained first and made the record (see `merge`).
         for part in [a, b] {
-            for entry in part {
-                // Without a log every entry is a probe.
-                let Entry::Probe(p) = entry else { continue };
+            for p in part {
                 if !threaded && p.first {
                     let site = self.site_id(p.site);
-                    self.merge_fresh(p, site, None);
+                    self.merge_fresh(p, site);
                 } else {
                     self.merge(p, None);
                 }
@@ -144,60 +142,72 @@ impl State {
     }
 
     /// [`State::merge_drained`] with an event log: each probe with what it kept for the
-    /// log (the entries pushed with it), merged the same way.
+    /// log (its [`probe::Logged`] entry, pushed just before it on its thread: taken now, or
+    /// kept from an earlier drain), merged the same way.
     #[inline(never)]
-    fn merge_logged(&mut self, a: &mut [Entry], b: &mut [Entry], threaded: bool) {
-        let mut entries = a.iter_mut().chain(b.iter_mut()).peekable();
-        while let Some(entry) = entries.next() {
-            // A group is pushed whole, so its first entry is a probe.
-            let Entry::Probe(p) = entry else { continue };
-            let Some(Entry::Logged(l)) = entries.next_if(|e| matches!(e, Entry::Logged(_))) else {
-                // Probed before the log was open (no tracker writes one later).
-                self.merge(p, None);
-                continue;
-            };
-            let mut dims = [0usize; SHAPE_RANK];
-            let shape: Option<&[usize]> = if l.rank == Logged::SHAPE_FOLLOWS {
-                match entries.next_if(|e| matches!(e, Entry::Shape(..))) {
-                    Some(Entry::Shape(_, rank, apart)) if usize::from(*rank) <= SHAPE_RANK => {
-                        for (to, d) in dims.iter_mut().zip(apart.iter()) {
-                            *to = *d as usize;
-                        }
-                        Some(&dims[..usize::from(*rank)])
+    fn merge_logged(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
+        // Taken after the probes: every probe drained has its entry among them.
+        let mut logged = std::mem::take(&mut self.logged);
+        RINGS.take_logged(&mut self.logged_spare, &mut logged);
+        if threaded {
+            // In probe order, as the probes are (stable: one thread's entries of order
+            // 0, from before a second thread, stay in push order).
+            logged.sort_by_key(|l| l.seq);
+        }
+        let mut shape = std::mem::take(&mut self.shape);
+        // Entries before `next` are paired; one paired out of order gets key 0 (no
+        // tensor's address).
+        let mut next = 0;
+        for p in a.iter_mut().chain(b.iter_mut()) {
+            let (seq, key) = (p.seq, p.weak.key());
+            let at = match logged.get(next) {
+                Some(l) if (l.seq, l.key) == (seq, key) => next,
+                // Another thread's entries of probes still to be drained come first.
+                _ => match logged[next..]
+                    .iter()
+                    .position(|l| (l.seq, l.key) == (seq, key))
+                {
+                    Some(at) => next + at,
+                    None => {
+                        debug_assert!(false, "a logged probe without its entry");
+                        self.merge(p, None);
+                        continue;
                     }
-                    // A rank above what an entry holds: no shape.
-                    _ => None,
-                }
-            } else {
-                for (to, d) in dims.iter_mut().zip(&l.dims) {
-                    *to = *d as usize;
-                }
-                Some(&dims[..usize::from(l.rank)])
+                },
             };
+            if at == next {
+                next += 1;
+            }
+            let l = logged[at];
+            logged[at].key = 0;
             let capture = Capture {
                 t_ns: self.clock.ns(l.stamp),
                 thread: u64::from(l.thread),
                 storage: l.storage,
-                shape,
+                shape: l.shape(&mut shape),
                 dtype: l.dtype,
                 device: l.device,
             };
             if !threaded && p.first {
                 let site = self.site_id(p.site);
-                self.merge_fresh(p, site, Some(&capture));
+                self.merge_fresh_logged(p, site, &capture);
             } else {
                 self.merge(p, Some(&capture));
             }
         }
+        // What is left waits for its probes' drain.
+        logged.drain(..next);
+        logged.retain(|l| l.key != 0);
+        self.logged = logged;
+        self.shape = shape;
     }
 
-    /// Merges the probe of a tensor that has no record: a loop body's temporary,
-    /// dropped by now, is counted and forgotten; a tensor alive now gets a record with
-    /// what it needs of the tensor read now (a tensor dropped on another thread meanwhile
-    /// is counted as dropped). With a log (`log`: what the probe kept for it) its `born`
-    /// event is written, with its `stored` and `dropped` events.
+    /// Merges the probe of a tensor that has no record, with no event log: a loop body's
+    /// temporary, dropped by now, is counted and forgotten; a tensor alive now gets a
+    /// record with what it needs of the tensor read now (a tensor dropped on another
+    /// thread meanwhile is counted as dropped).
     #[inline(always)]
-    fn merge_fresh(&mut self, p: &mut Pending, site: u32, log: Option<&Capture<'_>>) {
+    fn merge_fresh(&mut self, p: &mut Pending, site: u32) {
         let id = self.next_record;
         self.next_record += 1;
         let frame = (p.frame != 0).then_some(u64::from(p.frame));
@@ -209,32 +219,44 @@ impl State {
             _ => p.weak.upgrade(),
         };
         let Some(tensor) = tensor else {
-            match log {
-                None => {
-                    (self.parts.sink).born_dropped(site, frame, iteration, p.bytes);
-                    self.parts.roles.temporary(p.role, p.bytes);
-                }
-                Some(c) => {
-                    self.born_event(c, (id, site, p.store), (frame, iteration), true);
-                    self.parts.roles.temporary(p.role, c.storage.storage_bytes);
-                }
-            }
+            self.parts
+                .sink
+                .born_dropped(site, frame, iteration, p.bytes);
+            self.parts.roles.temporary(p.role, p.bytes);
             return;
         };
-        let view = View::of(&tensor);
-        let storage = match log {
-            None => Observed::of(&tensor),
-            Some(c) => c.storage,
-        };
+        let (view, storage) = (View::of(&tensor), Observed::of(&tensor));
         drop(tensor);
-        match log {
-            None => (self.parts.sink).born_alive(site, frame, iteration, p.bytes),
-            Some(c) => self.born_event(c, (id, site, p.store), (frame, iteration), false),
-        }
+        self.parts.sink.born_alive(site, frame, iteration, p.bytes);
         let key = p.weak.key();
         self.parts
             .registry
             .insert(key, Record::of(p, id, site, view, storage));
+    }
+
+    /// [`State::merge_fresh`] with an event log (`c`: what the probe kept for it): the
+    /// same, and its `born` event is written, with its `stored` and `dropped` events.
+    fn merge_fresh_logged(&mut self, p: &mut Pending, site: u32, c: &Capture<'_>) {
+        let id = self.next_record;
+        self.next_record += 1;
+        let frame = (p.frame != 0).then_some(u64::from(p.frame));
+        let at = (frame, u64::from(p.iteration));
+        let tensor = match p.weak.strong_count() {
+            0 => None,
+            _ => p.weak.upgrade(),
+        };
+        let Some(tensor) = tensor else {
+            self.born_event(c, (id, site, p.store), at, true);
+            self.parts.roles.temporary(p.role, c.storage.storage_bytes);
+            return;
+        };
+        let view = View::of(&tensor);
+        drop(tensor);
+        self.born_event(c, (id, site, p.store), at, false);
+        let key = p.weak.key();
+        self.parts
+            .registry
+            .insert(key, Record::of(p, id, site, view, c.storage));
     }
 
     /// The `born` event of record `id` born at `site` (with its `stored` event when
@@ -255,7 +277,7 @@ impl State {
             iteration,
             bytes: c.storage.storage_bytes,
             storage: c.storage.storage as u64,
-            shape: c.shape,
+            shape: Some(c.shape),
             dtype: c.dtype.as_str(),
             device,
             thread: c.thread,
@@ -301,7 +323,10 @@ impl State {
             return;
         }
         // A birth as of a first probe's.
-        self.merge_fresh(p, site, log);
+        match log {
+            None => self.merge_fresh(p, site),
+            Some(c) => self.merge_fresh_logged(p, site, c),
+        }
     }
 }
 

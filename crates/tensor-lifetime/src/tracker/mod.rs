@@ -101,7 +101,7 @@ use crate::weak;
 use frames::SessionJudgement;
 use keep::FastMap;
 use parking_lot::Mutex;
-use probe::{Entry, PrimaryLoop};
+use probe::{Logged, Pending, PrimaryLoop};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -190,7 +190,13 @@ struct State {
     /// The walks: claims, the old records' aggregates, their working buffers.
     sweeper: Sweeper,
     /// Probes taken from the threads' buffers (kept for its capacity).
-    drained: Vec<Entry>,
+    drained: Vec<Pending>,
+    /// With an event log: the threads' [`Logged`] entries not yet paired with their probe
+    /// (in probe order), and the buffers the drain moves them through.
+    logged: Vec<Logged>,
+    logged_spare: Vec<Logged>,
+    /// A logged probe's shape, read for its `born` event.
+    shape: Vec<usize>,
     /// The event log's clock: turns the probes' stamps into nanoseconds.
     clock: clock::Clock,
     /// The devices' names in the event log, by device; their index codes a birth's
@@ -246,7 +252,7 @@ impl Tracker {
         monitor::configure(config.memory_every);
         crate::sample::configure(config.sample, config.sample_seed);
         // Threads register their probe rings from now on.
-        probe::RINGS.start();
+        probe::RINGS.start(log.is_some());
         Tracker {
             timed: log.is_some(),
             config,
@@ -312,6 +318,9 @@ impl State {
             },
             sweeper: Sweeper::new(exact_max),
             drained: Vec::new(),
+            logged: Vec::new(),
+            logged_spare: Vec::new(),
+            shape: Vec::new(),
             clock: clock::Clock::new(Instant::now()),
             device_names: Vec::new(),
         }
@@ -403,10 +412,9 @@ mod tests {
             "{}",
             std::mem::size_of::<registry::Record>()
         );
-        // A probe entry is one cache line, aligned to one: the probe writes a single line
-        // (and one more with an event log).
-        assert_eq!(std::mem::size_of::<Entry>(), 64);
-        assert_eq!(std::mem::align_of::<Entry>(), 64);
+        // A probe entry is one cache line, aligned to one: the probe writes a single line.
+        assert_eq!(std::mem::size_of::<Pending>(), 64);
+        assert_eq!(std::mem::align_of::<Pending>(), 64);
     }
 
     #[test]

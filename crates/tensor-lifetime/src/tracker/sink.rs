@@ -221,7 +221,7 @@ impl Sink {
     }
 
     /// A first probe's tensor dropped before its drain, without a log (a temporary).
-    #[inline]
+    #[inline(always)]
     pub(super) fn born_dropped(
         &mut self,
         site: u32,
@@ -234,7 +234,7 @@ impl Sink {
     }
 
     /// A first probe's tensor alive at its drain, without a log.
-    #[inline]
+    #[inline(always)]
     pub(super) fn born_alive(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
         self.analysis.note_born_at(site, frame, iteration, bytes);
     }
@@ -242,16 +242,19 @@ impl Sink {
     /// `dropped` records found dead; with a log, the `dropped` events of `ids` (counted
     /// as the saved log's events are, one each).
     pub(super) fn drops(&mut self, dropped: u64, ids: &mut Vec<u64>, t_ns: u64) {
-        let count = if self.logs() {
-            let count = ids.len() as u64;
-            for tensor in ids.drain(..) {
-                self.log_step(StepEvent::Dropped { t_ns, tensor });
-            }
-            count
-        } else {
-            dropped
-        };
-        for _ in 0..count {
+        if self.logs() {
+            return self.logged_drops(ids, t_ns);
+        }
+        for _ in 0..dropped {
+            self.analysis.note_dropped();
+        }
+    }
+
+    /// [`Sink::drops`] with a log.
+    #[inline(never)]
+    fn logged_drops(&mut self, ids: &mut Vec<u64>, t_ns: u64) {
+        for tensor in ids.drain(..) {
+            self.log_step(StepEvent::Dropped { t_ns, tensor });
             self.analysis.note_dropped();
         }
     }

@@ -10,7 +10,6 @@ mod local;
 mod observe;
 
 pub(in crate::tracker) use birth::{Birth, PrimaryLoop};
-use local::Local;
 pub(in crate::tracker) use local::{
     in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL,
 };
@@ -24,37 +23,13 @@ use crate::site::Site;
 use crate::weak::{self, WeakTensor};
 use candle_core::{DType, Tensor};
 use observe::own_bytes;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// One entry of a thread's ring: a probe, or (with an event log) what the log needs of
-/// the probe just before it, pushed with it as one group. One cache line, aligned to
-/// one: a probe writes a single line of its ring (two with a log).
+/// One probe's observation, buffered per thread until the next sweep. One cache line,
+/// aligned to one: a probe writes a single line of its ring.
 #[derive(Debug)]
 #[repr(align(64))]
-pub(crate) enum Entry {
-    Probe(Pending),
-    Logged(Logged),
-    /// The shape of the probe before, when [`Logged`] cannot hold it (a rank above
-    /// [`INLINE_RANK`], or a dimension of 2^32 or more): its probe order, the rank and
-    /// the dims (up to [`SHAPE_RANK`]). No variant but the probe's needs dropping.
-    Shape(u64, u8, [u64; SHAPE_RANK]),
-}
-
-impl Entry {
-    /// The global probe order of the entry's probe (the entries that complete a probe
-    /// carry its order, so a stable sort keeps them after it).
-    #[inline]
-    pub(in crate::tracker) fn seq(&self) -> u64 {
-        match self {
-            Entry::Probe(p) => p.seq,
-            Entry::Logged(l) => l.seq,
-            Entry::Shape(seq, ..) => *seq,
-        }
-    }
-}
-
-/// One probe's observation, buffered per thread until the next sweep.
-#[derive(Debug)]
 pub(crate) struct Pending {
     /// The tensor (its key is the handle's address, [`WeakTensor::key`]).
     pub(in crate::tracker) weak: WeakTensor,
@@ -85,81 +60,99 @@ pub(crate) struct Pending {
     pub(in crate::tracker) bytes: u64,
 }
 
-/// The dimensions an [`Entry::Shape`] holds: a larger rank is written without its shape
-/// (a `born` event's shape is optional).
-pub(in crate::tracker) const SHAPE_RANK: usize = 6;
-
-/// The dimensions a [`Logged`] entry holds in place.
-pub(in crate::tracker) const INLINE_RANK: usize = 4;
+/// The dimensions a [`Logged`] entry holds in place (below 2^32 each); a larger shape
+/// waits in [`LARGE_SHAPES`].
+pub(in crate::tracker) const INLINE_RANK: usize = 6;
 
 /// What only the event log's events carry of a probe (its `born` event, for a tensor
-/// dropped before the drain too), read only when one is written. Its shape is in place
-/// up to [`INLINE_RANK`] dimensions below 2^32; a larger one follows as an
-/// [`Entry::Shape`] (`rank` is then [`Logged::SHAPE_FOLLOWS`]).
-#[derive(Debug)]
+/// dropped before the drain too), read only when one is written, into the thread's
+/// second ring ([`Rings::logged`]) just before the probe's [`Pending`] entry: no
+/// allocation (a shape that does not fit in place excepted).
+#[derive(Debug, Clone, Copy)]
 pub(in crate::tracker) struct Logged {
-    /// The probe's order (as its [`Pending::seq`]).
+    /// The probe's order and its tensor's key (as its [`Pending`]'s): the drain pairs
+    /// them by these.
     pub(in crate::tracker) seq: u64,
+    pub(in crate::tracker) key: usize,
     /// When probed ([`crate::phase_timing::ticks`]; the drain turns it into ns).
     pub(in crate::tracker) stamp: u64,
     /// The storage as of the probe.
     pub(in crate::tracker) storage: Observed,
     pub(in crate::tracker) dims: [u32; INLINE_RANK],
+    /// The rank, or [`Logged::LARGE`]: the shape is in [`LARGE_SHAPES`].
+    pub(in crate::tracker) rank: u8,
     pub(in crate::tracker) thread: u32,
     pub(in crate::tracker) device: DeviceId,
     pub(in crate::tracker) dtype: DType,
-    pub(in crate::tracker) rank: u8,
 }
 
-impl Logged {
-    /// [`Logged::rank`] of a shape that follows as an [`Entry::Shape`].
-    pub(in crate::tracker) const SHAPE_FOLLOWS: u8 = u8::MAX;
+/// The shapes of logged probes that do not fit in [`Logged`] (a rank above
+/// [`INLINE_RANK`], a dimension of 2^32 or more), by probe order and key, until their
+/// drain.
+static LARGE_SHAPES: Mutex<Vec<(u64, usize, Box<[usize]>)>> = Mutex::new(Vec::new());
 
-    /// What the log needs of `t`, probed with order `seq` at `stamp` on `thread`; the
-    /// shape that does not fit in place, apart.
+impl Logged {
+    /// [`Logged::rank`] of a shape kept in [`LARGE_SHAPES`].
+    const LARGE: u8 = u8::MAX;
+
+    /// What the log needs of `t`, probed with order `seq` at `stamp` on `thread`.
     #[inline]
-    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> (Logged, Option<Entry>) {
+    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> Logged {
         let shape = t.dims();
+        let key = weak::key(t);
         let mut dims = [0u32; INLINE_RANK];
         let fits = shape.len() <= INLINE_RANK
             && shape.iter().zip(&mut dims).all(|(d, to)| {
                 *to = *d as u32;
                 *d <= u32::MAX as usize
             });
-        let logged = Logged {
+        if !fits {
+            LARGE_SHAPES.lock().push((seq, key, shape.into()));
+        }
+        Logged {
             seq,
+            key,
             stamp,
             storage: Observed::of(t),
             dims,
-            thread: thread as u32,
-            device: DeviceId::of_location(t.device().location()),
-            dtype: t.dtype(),
             rank: if fits {
                 shape.len() as u8
             } else {
-                Logged::SHAPE_FOLLOWS
+                Logged::LARGE
             },
-        };
-        let apart = (!fits).then(|| {
-            let mut dims = [0u64; SHAPE_RANK];
-            for (to, d) in dims.iter_mut().zip(shape) {
-                *to = *d as u64;
+            thread: thread as u32,
+            device: DeviceId::of_location(t.device().location()),
+            dtype: t.dtype(),
+        }
+    }
+
+    /// The probe's shape, written into `to` when it is in place.
+    #[inline]
+    pub(in crate::tracker) fn shape<'a>(&self, to: &'a mut Vec<usize>) -> &'a [usize] {
+        to.clear();
+        if self.rank == Logged::LARGE {
+            let mut large = LARGE_SHAPES.lock();
+            if let Some(at) = large
+                .iter()
+                .position(|(seq, key, _)| (*seq, *key) == (self.seq, self.key))
+            {
+                to.extend_from_slice(&large.swap_remove(at).2);
             }
-            let rank = if shape.len() <= SHAPE_RANK {
-                shape.len() as u8
-            } else {
-                u8::MAX
-            };
-            Entry::Shape(seq, rank, dims)
-        });
-        (logged, apart)
+        } else {
+            let dims = &self.dims[..usize::from(self.rank)];
+            to.extend(dims.iter().map(|d| *d as usize));
+        }
+        to
     }
 }
 
 /// The threads' probe rings and the global probe order: process-wide, as the tracker
 /// is, and reached without its lock.
 pub(in crate::tracker) struct Rings {
-    buffers: Registry<Entry>,
+    buffers: Registry<Pending>,
+    /// With an event log: each thread's [`Logged`] entries, one per probe, pushed just
+    /// before its [`Pending`] entry.
+    logged: Registry<Logged>,
     /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
     /// A second thread has a probe buffer (set before that thread's first probe; never
@@ -168,18 +161,25 @@ pub(in crate::tracker) struct Rings {
     /// The tracker is on: a thread's first probe registers its ring (set once, before
     /// the tracker is published).
     on: AtomicBool,
+    /// An event log is written: a thread's first probe registers its [`Rings::logged`]
+    /// ring too (set with `on`).
+    logging: AtomicBool,
 }
 
 pub(in crate::tracker) static RINGS: Rings = Rings {
     buffers: Registry::new(),
+    logged: Registry::new(),
     next_seq: AtomicU64::new(1),
     threaded: AtomicBool::new(false),
     on: AtomicBool::new(false),
+    logging: AtomicBool::new(false),
 };
 
 impl Rings {
-    /// The tracker is on: threads register their rings from now on.
-    pub(in crate::tracker) fn start(&self) {
+    /// The tracker is on (writing an event log when `logging`): threads register their
+    /// rings from now on.
+    pub(in crate::tracker) fn start(&self, logging: bool) {
+        self.logging.store(logging, Ordering::Relaxed);
         self.on.store(true, Ordering::Release);
     }
 
@@ -189,8 +189,8 @@ impl Rings {
     #[inline]
     pub(in crate::tracker) fn drain_with(
         &self,
-        merged: &mut Vec<Entry>,
-        merge: impl FnOnce(&mut [Entry], &mut [Entry], bool),
+        merged: &mut Vec<Pending>,
+        merge: impl FnOnce(&mut [Pending], &mut [Pending], bool),
     ) {
         self.buffers.drain_with(
             merged,
@@ -199,9 +199,23 @@ impl Rings {
             // the worker's site as its creation site, whichever thread's buffer is drained
             // first. Each buffer is in probe order already. Stable: the first thread's
             // probes from before `threaded` all have 0.
-            |all| all.sort_by_key(Entry::seq),
+            |all| all.sort_by_key(|p| p.seq),
             // One thread's probes are read in place, in its ring.
             |a, b| merge(a, b, self.threaded.load(Ordering::Relaxed)),
+        );
+    }
+
+    /// Moves every thread's [`Logged`] entries to the end of `into` (each thread's in
+    /// push order, the threads' one after the other); `merged` as in
+    /// [`Rings::drain_with`].
+    pub(in crate::tracker) fn take_logged(&self, merged: &mut Vec<Logged>, into: &mut Vec<Logged>) {
+        self.logged.drain_with(
+            merged,
+            |_| {},
+            |a, b| {
+                into.extend_from_slice(a);
+                into.extend_from_slice(b);
+            },
         );
     }
 }
@@ -229,7 +243,7 @@ pub(in crate::tracker) fn enter(
     (site, store, hint): (&'static Site, bool, u8),
     primary: &PrimaryLoop,
     (timed, stamp): (bool, impl Fn() -> u64),
-    drain: impl FnOnce(),
+    drain: impl Fn(),
 ) {
     // One counter for all threads: its order agrees with every thread's program
     // order and with hand-offs between threads (a tensor made on a loader thread and
@@ -266,63 +280,36 @@ pub(in crate::tracker) fn enter(
             }
         };
         drop(stack);
-        let probe = Probe {
-            site,
-            store,
-            hint,
-            birth,
-            serial,
-            seq,
-            first,
-        };
         if timed {
-            return logged(t, probe, (stamp(), local), drain);
+            // Before the probe's entry: a drain that takes the entry finds this.
+            log_probe(t, (seq, stamp()), local, &drain);
         }
-        // Full: the probes go to the registry now (the buffer keeps its size).
-        local
-            .buf
-            .push_with(|| probe.entry(t), &RINGS.buffers, drain);
+        local.buf.push_with(
+            || Pending {
+                weak: WeakTensor::new(t),
+                site,
+                store,
+                frame: birth.frame as u32,
+                iteration: birth.iteration as u32,
+                session: birth.session as u32,
+                serial: serial as u32,
+                seq,
+                first,
+                role: roles::at_probe(t, hint, site.role),
+                path: crate::call_path::current(),
+                bytes: own_bytes::<false>(t),
+            },
+            &RINGS.buffers,
+            // Full: the probes go to the registry now (the buffer keeps its size).
+            drain,
+        );
     });
 }
 
-/// What [`enter`] read of a probe before its entry is made.
-struct Probe {
-    site: &'static Site,
-    store: bool,
-    hint: u8,
-    birth: Birth,
-    serial: u64,
-    seq: u64,
-    first: bool,
-}
-
-impl Probe {
-    /// The probe's entry (read now: the role, the call path, the own bytes).
-    #[inline(always)]
-    fn entry(self, t: &Tensor) -> Entry {
-        Entry::Probe(Pending {
-            weak: WeakTensor::new(t),
-            site: self.site,
-            store: self.store,
-            frame: self.birth.frame as u32,
-            iteration: self.birth.iteration as u32,
-            session: self.birth.session as u32,
-            serial: self.serial as u32,
-            seq: self.seq,
-            first: self.first,
-            role: roles::at_probe(t, self.hint, self.site.role),
-            path: crate::call_path::current(),
-            bytes: own_bytes::<false>(t),
-        })
-    }
-}
-
-/// [`enter`] with an event log: the probe and what the log needs of it (stamped
-/// `stamp`), pushed as one group. Out of line: the path without a log stays short.
+/// What the event log needs of a probe of `t` (its order and stamp), into this thread's
+/// [`Rings::logged`] ring. Out of line: the probe without a log stays as short as it was.
 #[inline(never)]
-fn logged(t: &Tensor, probe: Probe, (stamp, local): (u64, &Local), drain: impl FnOnce()) {
-    let seq = probe.seq;
-    let (logged, shape) = Logged::of(t, seq, stamp, local.thread);
-    let group = (probe.entry(t), Entry::Logged(logged), shape);
-    local.buf.push_group(group, &RINGS.buffers, drain);
+fn log_probe(t: &Tensor, (seq, stamp): (u64, u64), local: &local::Local, drain: &impl Fn()) {
+    let logged = || Logged::of(t, seq, stamp, local.thread);
+    local.log.push_with(logged, &RINGS.logged, drain);
 }

@@ -35,7 +35,7 @@ impl Observed {
     /// Takes the storage's read lock, so a probe reads it only when an event log is
     /// written; otherwise the drain reads it from the tensors still alive, the only ones
     /// that get a record.
-    #[inline]
+    #[inline(always)]
     pub(in crate::tracker) fn of(t: &Tensor) -> Observed {
         let (guard, _) = t.storage_and_layout();
         let storage = &*guard as *const Storage as usize;
