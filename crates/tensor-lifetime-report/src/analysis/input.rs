@@ -32,8 +32,8 @@ pub enum Input<'a> {
         window: Option<u64>,
     },
     /// A tensor born at `site` in `iteration` of `frame` ([`Event::Born`]): `bytes` is
-    /// its own size ([`own_bytes`]); `dropped` when it was found dead when first seen
-    /// (a birth and its drop at once, counted among the births, never live).
+    /// its own size ([`crate::model::own_bytes`]); `dropped` when it was found dead when
+    /// first seen (a birth and its drop at once, counted among the births, never live).
     Born {
         site: u32,
         frame: Option<u64>,

@@ -89,7 +89,10 @@ pub(in crate::tracker) struct Logged {
 /// The shapes of logged probes that do not fit in [`Logged`] (a rank above
 /// [`INLINE_RANK`], a dimension of 2^32 or more), by probe order and key, until their
 /// drain.
-static LARGE_SHAPES: Mutex<Vec<(u64, usize, Box<[usize]>)>> = Mutex::new(Vec::new());
+static LARGE_SHAPES: Mutex<Vec<LargeShape>> = Mutex::new(Vec::new());
+
+/// A shape in [`LARGE_SHAPES`]: its probe's order and key, and the dims.
+type LargeShape = (u64, usize, Box<[usize]>);
 
 impl Logged {
     /// [`Logged::rank`] of a shape kept in [`LARGE_SHAPES`].
