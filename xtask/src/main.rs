@@ -47,10 +47,11 @@ tasks:
       callgrind on the tracked and the plain loop at 2 and 6 steps, tracked minus plain
       per function, without the math and random-number functions whose counts depend on
       the run's random values. Prints the total and the N costliest functions (25).
-  sample-cost [--interval SIZE] [--rollout N,N,...] [--no-build]
+  sample-cost [--interval SIZE] [--rollout N,N,...] [--log] [--no-build]
       The sampled mode's cost: the small loop, the MLP step and the rollout epoch at each
       N (1000,10000,100000) untracked and tracked with TENSOR_LIFETIME_SAMPLE=SIZE
-      (512KiB), instructions under callgrind side by side, and their ratios.
+      (512KiB), instructions under callgrind side by side, and their ratios; --log adds
+      the same sampled runs with the binary event log on.
   log-cost [--steps N]
       What the event log costs: callgrind instructions of one rollout epoch of N steps
       (1000) tracked without a log, with the binary log and with the JSON-lines log, side

@@ -5,18 +5,21 @@
 //! The small loop and the MLP: `--warmup 1` with 6 and with 2 measured steps, the
 //! difference over 4 (one step, start-up excluded). The rollout at each N of
 //! `--rollout` (1 000, 10 000, 100 000): `--warmup 1` with 2 and with 1 measured epochs,
-//! the difference (one epoch). Figures: docs/performance.md, "The sampled mode".
+//! the difference (one epoch). With `--log`, each loop is also run sampled with the
+//! binary event log on (`TENSOR_LIFETIME_LOG` in a temporary folder), in two more
+//! columns. Figures: docs/performance.md, "The sampled mode".
 
 use crate::bench::{callgrind_ir_env, Mode};
 use crate::util::{flag_value, root, run_cmd};
 use anyhow::{bail, Context, Result};
 use std::process::Command;
 
-/// `cargo xtask sample-cost [--interval SIZE] [--rollout N,N,...] [--no-build]`.
+/// `cargo xtask sample-cost [--interval SIZE] [--rollout N,N,...] [--log] [--no-build]`.
 pub fn run(args: &[String]) -> Result<()> {
     let mut interval = "512KiB".to_string();
     let mut rollout = vec![1_000u64, 10_000, 100_000];
     let mut build = true;
+    let mut log = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -29,9 +32,10 @@ pub fn run(args: &[String]) -> Result<()> {
                     .context("--rollout needs numbers separated by commas")?
             }
             "--no-build" => build = false,
+            "--log" => log = true,
             other => bail!(
                 "sample-cost: unknown option `{other}` (options: --interval SIZE \
-                 --rollout N,N,... --no-build)"
+                 --rollout N,N,... --log --no-build)"
             ),
         }
     }
@@ -52,21 +56,39 @@ pub fn run(args: &[String]) -> Result<()> {
         .unwrap_or_else(|| root.join("target"));
     let exe = target.join("release/examples/bench_loops");
     let sampled = [("TENSOR_LIFETIME_SAMPLE", interval.as_str())];
+    let dir = std::env::temp_dir().join(format!("tl-sample-cost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let log_path = dir.join("sampled.tlog");
+    let log_path = log_path
+        .to_str()
+        .context("a temporary path that is UTF-8")?;
+    let logged = [
+        ("TENSOR_LIFETIME_SAMPLE", interval.as_str()),
+        ("TENSOR_LIFETIME_LOG", log_path),
+    ];
     println!(
         "sampled ({interval}) against untracked, instructions (callgrind, RAYON_NUM_THREADS=1)"
     );
-    println!(
+    print!(
         "{:<16} {:>16} {:>16} {:>8}",
         "loop", "untracked", "sampled", "ratio"
     );
-    let row = |name: &str, plain: f64, tracked: f64| {
-        println!(
+    if log {
+        print!(" {:>16} {:>8}", "sampled+log", "ratio");
+    }
+    println!();
+    let row = |name: &str, plain: f64, tracked: f64, with_log: Option<f64>| {
+        print!(
             "{:<16} {:>16.0} {:>16.0} {:>8.4}",
             name,
             plain,
             tracked,
             tracked / plain
         );
+        if let Some(l) = with_log {
+            print!(" {:>16.0} {:>8.4}", l, l / plain);
+        }
+        println!();
     };
     for workload in ["small", "mlp"] {
         let per_step = |variant: &str, env: &[(&str, &str)]| -> Result<f64> {
@@ -82,7 +104,8 @@ pub fn run(args: &[String]) -> Result<()> {
         };
         let plain = per_step("plain", &[])?;
         let tracked = per_step("tracked", &sampled)?;
-        row(&format!("{workload} (step)"), plain, tracked);
+        let with_log = log.then(|| per_step("tracked", &logged)).transpose()?;
+        row(&format!("{workload} (step)"), plain, tracked, with_log);
     }
     for n in rollout {
         let n_arg = n.to_string();
@@ -102,7 +125,9 @@ pub fn run(args: &[String]) -> Result<()> {
         };
         let plain = per_epoch("plain", &[])?;
         let tracked = per_epoch("tracked", &sampled)?;
-        row(&format!("rollout N={n}"), plain, tracked);
+        let with_log = log.then(|| per_epoch("tracked", &logged)).transpose()?;
+        row(&format!("rollout N={n}"), plain, tracked, with_log);
     }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -28,7 +28,7 @@ use json_reader::JsonReader;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::{self, BufRead};
-pub use writer::{EventWriter, LogFormat};
+pub use writer::{BornRef, EventWriter, LogFormat, StepEvent};
 
 /// The value of the header's `format` field.
 pub const FORMAT: &str = "tensor-lifetime-events";
@@ -200,8 +200,8 @@ impl Event {
     /// Appends this event as one JSON line (the per-step events written by hand, in
     /// `event/line.rs`; the others through `serde_json`).
     pub fn write_line(&self, out: &mut impl io::Write) -> io::Result<()> {
-        if line::write_step_event(self, out)? {
-            return Ok(());
+        if let Some(step) = self.step() {
+            return line::write_step_line(step, out);
         }
         serde_json::to_writer(&mut *out, self).map_err(io::Error::other)?;
         out.write_all(b"\n")

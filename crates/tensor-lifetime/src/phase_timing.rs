@@ -1,9 +1,30 @@
 //! Diagnostic: TSC cycles the tracker spends in each phase of its hot path, per thread.
 //! Built only with the `phase-timing` feature (a measurement aid for docs/performance.md:
 //! where the tracker's time goes on a given machine); without it every call folds away.
+//! The same counter stamps the event log's probes ([`ticks`], always built).
 
-// why: `rdtsc` (the diagnostic timer, only with the `phase-timing` feature).
+// why: `rdtsc` (the diagnostic timer, and the event log's probe stamps).
 #![allow(unsafe_code)]
+
+/// A cheap monotonic counter: the TSC on x86-64 (one instruction, no system call),
+/// elsewhere the nanoseconds since the first call. The event log's probes are stamped
+/// with it; the tracker's clock (`tracker/clock.rs`) turns it into nanoseconds.
+#[inline(always)]
+pub(crate) fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `rdtsc` has no preconditions on x86-64.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+    }
+}
 
 /// The phases timed.
 #[derive(Debug, Clone, Copy)]

@@ -292,8 +292,20 @@ impl<T: Send> Producer<T> {
     /// Appends `value`. `registry`: the one this ring is registered with. A full ring
     /// calls `drain` (which should drain the registry) and grows only if that made no
     /// room (a ring no registry drains), so a registered ring keeps its size.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn push(&self, value: T, registry: &Registry<T>, drain: impl FnOnce()) {
+        self.push_with(|| value, registry, drain);
+    }
+
+    /// [`Producer::push`] of the value `make` returns, made once the ring has room: made
+    /// in its slot (a value made before a possible drain is copied there).
+    #[inline]
+    pub(crate) fn push_with(
+        &self,
+        make: impl FnOnce() -> T,
+        registry: &Registry<T>,
+        drain: impl FnOnce(),
+    ) {
         let ring = &*self.ring;
         let tail = ring.tail.load(Ordering::Relaxed);
         let head = ring.head.load(Ordering::Acquire);
@@ -302,31 +314,32 @@ impl<T: Send> Producer<T> {
         let mut slots = unsafe { &*ring.slots.get() };
         let used = tail.wrapping_sub(head);
         if used == slots.len() || (used == 0 && slots.len() > Registry::<T>::KEEP) {
-            self.make_room(registry, drain);
+            self.make_room(registry, drain, 1);
             // SAFETY: as above.
             slots = unsafe { &*ring.slots.get() };
         }
         // SAFETY: a slot at or after `tail` is the producer's (the ring is not full).
-        unsafe { (*slots[tail & (slots.len() - 1)].get()).write(value) };
+        unsafe { (*slots[tail & (slots.len() - 1)].get()).write(make()) };
         ring.tail.store(tail.wrapping_add(1), Ordering::Release);
     }
 
-    /// A full ring: drained by `drain`, else grown. A large empty one: shrunk.
+    /// A ring without room for `need` more entries: drained by `drain`, else grown. A
+    /// large empty one: shrunk.
     #[cold]
     #[inline(never)]
-    fn make_room(&self, registry: &Registry<T>, drain: impl FnOnce()) {
+    fn make_room(&self, registry: &Registry<T>, drain: impl FnOnce(), need: usize) {
         let ring = &*self.ring;
         if !ring.is_empty() {
             drain();
         }
-        self.resize(registry);
+        self.resize(registry, need);
     }
 
-    /// Grows a full ring to twice its slots, or shrinks a large empty one; does nothing
-    /// to any other.
+    /// Grows a ring without room for `need` more entries (to twice its slots, or more),
+    /// or shrinks a large empty one; does nothing to any other.
     #[cold]
     #[inline(never)]
-    fn resize(&self, registry: &Registry<T>) {
+    fn resize(&self, registry: &Registry<T>, need: usize) {
         let ring = &*self.ring;
         // No consumer runs while this is held (an unregistered ring has none at all).
         let _rings = registry.rings.lock();
@@ -335,9 +348,9 @@ impl<T: Send> Producer<T> {
         let used = tail.wrapping_sub(head);
         // SAFETY: the producer, holding the lock: no other reference to the array exists.
         let old = unsafe { &mut *ring.slots.get() };
-        let capacity = if used == old.len() {
-            old.len() * 2
-        } else if used == 0 && old.len() > Registry::<T>::KEEP {
+        let capacity = if used + need > old.len() {
+            (old.len() * 2).max((used + need).next_power_of_two())
+        } else if used == 0 && old.len() > Registry::<T>::KEEP && need <= Registry::<T>::INITIAL {
             Registry::<T>::INITIAL
         } else {
             // A drain made room meanwhile.

@@ -149,8 +149,9 @@ impl AsyncLoopScope {
 pub struct Iteration<'a> {
     frame: &'a Frame,
     index: u64,
-    /// Start time for the event log's iteration durations (0 when no log is written:
-    /// nothing else reads it, and a clock read per iteration is not free on every host).
+    /// Start stamp for the event log's iteration durations (`Tracker::stamp`, turned
+    /// into nanoseconds at the iteration end; 0 when no log is written: nothing else
+    /// reads it, and a clock read per iteration is not free on every host).
     started_ns: u64,
 }
 

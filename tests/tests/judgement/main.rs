@@ -9,6 +9,7 @@ pub mod analysis_with_and_without_log;
 pub mod corpus;
 pub mod corpus_real_shapes;
 pub mod decoding_churn;
+pub mod logged_births;
 pub mod memory_by_role;
 pub mod memory_by_role_rollout;
 pub mod nested_three_deep;

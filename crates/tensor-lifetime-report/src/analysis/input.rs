@@ -7,7 +7,7 @@
 //! one on the stack, so nothing is allocated on its path.
 
 use crate::event::Event;
-use crate::model::{own_bytes, MemorySample, SiteInfo, SiteSweep};
+use crate::model::{dtype_size, own_bytes_sized, MemorySample, SiteInfo, SiteSweep};
 use crate::post_mortem::PostMortem;
 use crate::roles::{CallFrame, RoleBytes};
 
@@ -32,8 +32,8 @@ pub enum Input<'a> {
         window: Option<u64>,
     },
     /// A tensor born at `site` in `iteration` of `frame` ([`Event::Born`]): `bytes` is
-    /// its own size ([`own_bytes`]); `dropped` when it was found dead when first seen
-    /// (a birth and its drop at once, counted among the births, never live).
+    /// its own size ([`crate::model::own_bytes`]); `dropped` when it was found dead when
+    /// first seen (a birth and its drop at once, counted among the births, never live).
     Born {
         site: u32,
         frame: Option<u64>,
@@ -109,7 +109,7 @@ impl<'a> Input<'a> {
                 site: *site,
                 frame: *frame,
                 iteration: *iteration,
-                bytes: own_bytes(shape.as_deref(), dtype).unwrap_or(*bytes),
+                bytes: born_bytes(shape.as_deref(), dtype_size(dtype), *bytes),
                 shape: shape.as_deref(),
                 dropped: false,
             },
@@ -134,4 +134,13 @@ impl<'a> Input<'a> {
             Event::Memory { device, sample, .. } => Input::Memory { device, sample },
         })
     }
+}
+
+/// The size a `born` event's tensor is judged on: its own bytes, its `shape` times the
+/// `size` of its dtype's elements ([`dtype_size`]), or the event's `bytes` (its
+/// storage's) when those are unknown.
+#[inline]
+pub(super) fn born_bytes(shape: Option<&[usize]>, size: Option<u64>, bytes: u64) -> u64 {
+    size.and_then(|size| own_bytes_sized(shape, size))
+        .unwrap_or(bytes)
 }

@@ -270,6 +270,30 @@ impl Analysis {
         self.note_birth(site, frame, iteration, bytes, true);
     }
 
+    /// A birth as its `born` event reads ([`Input::of`]), without building the event:
+    /// `(site, frame, iteration)`, the storage's `bytes`, the `shape`, and the size of
+    /// an element of its dtype (`dtype_size`, [`crate::model::dtype_size`] of the event's
+    /// `dtype`); `dropped` when a `dropped` event of it follows at once (both counted
+    /// here).
+    #[inline]
+    pub fn note_born_logged(
+        &mut self,
+        (site, frame, iteration): (u32, Option<u64>, u64),
+        bytes: u64,
+        shape: Option<&[usize]>,
+        dtype_size: Option<u64>,
+        dropped: bool,
+    ) {
+        self.step(Input::Born {
+            site,
+            frame,
+            iteration,
+            bytes: input::born_bytes(shape, dtype_size, bytes),
+            shape,
+            dropped,
+        });
+    }
+
     #[inline]
     fn note_birth(
         &mut self,

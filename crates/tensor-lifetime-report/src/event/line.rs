@@ -4,20 +4,19 @@
 //! than a short training step (docs/performance.md, the event log on the rollout loop).
 //! Every other event goes through `serde_json`.
 
-use super::{Event, HolderCount, HolderSpec, SiteSweep};
+use super::{BornRef, HolderCount, HolderSpec, SiteSweep, StepEvent};
 use crate::roles::RoleBytes;
 use std::io::{self, Write};
 
-/// Writes `event` as one JSON line if it is one of the per-step events; false (nothing
-/// written) for the others.
-pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Result<bool> {
+/// Writes a per-step event as one JSON line.
+pub(super) fn write_step_line(event: StepEvent<'_>, out: &mut impl Write) -> io::Result<()> {
     let mut w = Line {
         out,
         buf: [0; LINE_BUF],
         len: 0,
     };
     match event {
-        Event::Born {
+        StepEvent::Born(BornRef {
             t_ns,
             tensor,
             site,
@@ -29,17 +28,18 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             dtype,
             device,
             thread,
-        } => {
+            kind: _,
+        }) => {
             w.raw(b"{\"event\":\"born\",\"t_ns\":")?;
-            w.int(*t_ns)?;
-            w.key_int(b",\"tensor\":", *tensor)?;
-            w.key_int(b",\"site\":", u64::from(*site))?;
+            w.int(t_ns)?;
+            w.key_int(b",\"tensor\":", tensor)?;
+            w.key_int(b",\"site\":", u64::from(site))?;
             if let Some(frame) = frame {
-                w.key_int(b",\"frame\":", *frame)?;
+                w.key_int(b",\"frame\":", frame)?;
             }
-            w.key_int(b",\"iteration\":", *iteration)?;
-            w.key_int(b",\"bytes\":", *bytes)?;
-            w.key_int(b",\"storage\":", *storage)?;
+            w.key_int(b",\"iteration\":", iteration)?;
+            w.key_int(b",\"bytes\":", bytes)?;
+            w.key_int(b",\"storage\":", storage)?;
             if let Some(shape) = shape {
                 w.array(b",\"shape\":", shape, |w, d| w.int(*d as u64))?;
             }
@@ -47,25 +47,25 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             w.string(dtype)?;
             w.raw(b",\"device\":")?;
             w.string(device)?;
-            w.key_int(b",\"thread\":", *thread)?;
+            w.key_int(b",\"thread\":", thread)?;
         }
-        Event::Alias { tensor, site } => {
+        StepEvent::Alias { tensor, site } => {
             w.raw(b"{\"event\":\"alias\",\"tensor\":")?;
-            w.int(*tensor)?;
-            w.key_int(b",\"site\":", u64::from(*site))?;
+            w.int(tensor)?;
+            w.key_int(b",\"site\":", u64::from(site))?;
         }
-        Event::Stored { t_ns, tensor, site } => {
+        StepEvent::Stored { t_ns, tensor, site } => {
             w.raw(b"{\"event\":\"stored\",\"t_ns\":")?;
-            w.int(*t_ns)?;
-            w.key_int(b",\"tensor\":", *tensor)?;
-            w.key_int(b",\"site\":", u64::from(*site))?;
+            w.int(t_ns)?;
+            w.key_int(b",\"tensor\":", tensor)?;
+            w.key_int(b",\"site\":", u64::from(site))?;
         }
-        Event::Dropped { t_ns, tensor } => {
+        StepEvent::Dropped { t_ns, tensor } => {
             w.raw(b"{\"event\":\"dropped\",\"t_ns\":")?;
-            w.int(*t_ns)?;
-            w.key_int(b",\"tensor\":", *tensor)?;
+            w.int(t_ns)?;
+            w.key_int(b",\"tensor\":", tensor)?;
         }
-        Event::IterationEnd {
+        StepEvent::IterationEnd {
             t_ns,
             frame,
             iteration,
@@ -76,20 +76,18 @@ pub(super) fn write_step_event(event: &Event, out: &mut impl Write) -> io::Resul
             roles,
         } => {
             w.raw(b"{\"event\":\"iteration_end\",\"t_ns\":")?;
-            w.int(*t_ns)?;
-            w.key_int(b",\"frame\":", *frame)?;
-            w.key_int(b",\"iteration\":", *iteration)?;
-            w.key_int(b",\"duration_ns\":", *duration_ns)?;
-            w.key_int(b",\"live_tensors\":", *live_tensors)?;
-            w.key_int(b",\"live_bytes\":", *live_bytes)?;
+            w.int(t_ns)?;
+            w.key_int(b",\"frame\":", frame)?;
+            w.key_int(b",\"iteration\":", iteration)?;
+            w.key_int(b",\"duration_ns\":", duration_ns)?;
+            w.key_int(b",\"live_tensors\":", live_tensors)?;
+            w.key_int(b",\"live_bytes\":", live_bytes)?;
             w.non_empty(b",\"sites\":", sites, Line::site_sweep)?;
             w.non_empty(b",\"roles\":", roles, Line::role_bytes)?;
         }
-        _ => return Ok(false),
     }
     w.raw(b"}\n")?;
-    w.flush()?;
-    Ok(true)
+    w.flush()
 }
 
 /// Bytes of a line gathered before they go to the writer (one `write_all` for most lines).
@@ -290,6 +288,7 @@ impl<W: Write> Line<'_, W> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::event::Event;
     use crate::roles::Role;
 
     /// The line serde_json writes.
@@ -301,10 +300,8 @@ pub(crate) mod tests {
 
     fn fast_line(e: &Event) -> Vec<u8> {
         let mut v = Vec::new();
-        assert!(
-            write_step_event(e, &mut v).unwrap(),
-            "{e:?} is a step event"
-        );
+        let step = e.step().unwrap_or_else(|| panic!("{e:?} is a step event"));
+        write_step_line(step, &mut v).unwrap();
         v
     }
 
@@ -429,8 +426,6 @@ pub(crate) mod tests {
             frame: 2,
             iterations: 3,
         };
-        let mut v = Vec::new();
-        assert!(!write_step_event(&e, &mut v).unwrap());
-        assert!(v.is_empty());
+        assert!(e.step().is_none());
     }
 }

@@ -4,14 +4,24 @@
 /// (candle's element sizes; its sub-byte types count 0, as candle counts them). `None`
 /// without a shape or for a dtype not known here: the birth's storage bytes are used then.
 pub fn own_bytes(shape: Option<&[usize]>, dtype: &str) -> Option<u64> {
-    let size = match dtype {
+    own_bytes_sized(shape, dtype_size(dtype)?)
+}
+
+/// The size of an element of `dtype` in bytes, if the dtype is known here.
+pub fn dtype_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
         "u8" | "f8e4m3" | "f8e8m0" => 1,
         "i16" | "bf16" | "f16" => 2,
         "u32" | "i32" | "f32" => 4,
         "i64" | "f64" => 8,
         "f6e2m3" | "f6e3m2" | "f4" => 0,
         _ => return None,
-    };
+    })
+}
+
+/// [`own_bytes`] of a dtype whose element `size` is known ([`dtype_size`]).
+#[inline]
+pub fn own_bytes_sized(shape: Option<&[usize]>, size: u64) -> Option<u64> {
     // Saturating: a corrupt or hand-made log may hold any shape (tests/hostile_logs.rs).
     let elements = shape?
         .iter()

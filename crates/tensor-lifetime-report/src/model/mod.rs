@@ -15,7 +15,7 @@ pub mod roles;
 mod site;
 mod sweep;
 
-pub use dtype::own_bytes;
+pub use dtype::{dtype_size, own_bytes, own_bytes_sized};
 pub use forecast::{DeviceRoom, Forecast, GROWTH_FROM_DEVICE, GROWTH_FROM_LEAKS};
 pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};

@@ -1,17 +1,30 @@
 //! The probes' way into the registry (part of the root): the probe entry point, the
 //! drain of every thread's ring under the state lock, and the merge of each probe (a
 //! first probe makes a record or counts a temporary; a later one adds an alias or a
-//! store, to a young record or, through the walks' aggregates, an old one).
+//! store, to a young record or, through the walks' aggregates, an old one). With an
+//! event log the merge is the same, and writes each probe's events from what the probe
+//! kept for them ([`Capture`]).
 
 use super::probe::{self, Observed, Pending, View, RINGS};
 use super::registry::Record;
 use super::{roles, Input, State, Tracker};
-use crate::phase_timing::{timed, HotPhase};
+use crate::device::DeviceId;
+use crate::phase_timing::{ticks, timed, HotPhase};
 use crate::sample;
 use crate::site::Site;
-use candle_core::Tensor;
-use std::fmt::Write as _;
-use tensor_lifetime_report::event::Event;
+use candle_core::{DType, Tensor};
+use tensor_lifetime_report::event::BornRef;
+
+/// What a probe kept for the event log, as the drain reads it: the probe's time in ns,
+/// its thread, the storage, shape, dtype and device of its tensor.
+struct Capture<'a> {
+    t_ns: u64,
+    thread: u64,
+    storage: Observed,
+    shape: &'a [usize],
+    dtype: DType,
+    device: DeviceId,
+}
 
 impl Tracker {
     /// Whether the probes are sampled now ([`sample::scale`]). The probes of a value ask
@@ -84,14 +97,18 @@ impl Tracker {
                 t,
                 (site, store, hint),
                 &self.primary,
-                (self.timed, || self.now_ns()),
+                (self.timed, ticks),
                 || self.drain(&mut self.state.lock()),
             );
         });
     }
 
-    /// Moves every thread's buffered probes into the registry.
+    /// Moves every thread's buffered probes into the registry. With an event log, the
+    /// clock is read first (the probes' stamps are placed by it, [`super::clock`]).
     pub(super) fn drain(&self, st: &mut State) {
+        if self.timed {
+            st.clock.read();
+        }
         let mut merged = std::mem::take(&mut st.drained);
         RINGS.drain_with(&mut merged, |a, b, threaded| {
             st.merge_drained(a, b, threaded)
@@ -106,21 +123,83 @@ impl State {
     /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
     /// than one thread has probed.
     fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
-        let log = self.parts.sink.logs();
+        if self.parts.sink.logs() {
+            return self.merge_logged(a, b, threaded);
+        }
         // A tensor's first probe needs no lookup: no record of it can exist. Except when
         // several threads probe: a later probe of it, on the thread it was handed to, may
         // have been drained first and made the record (see `merge`).
-        let fast = !(log || threaded);
         for part in [a, b] {
             for p in part {
-                if fast && p.first {
+                if !threaded && p.first {
                     let site = self.site_id(p.site);
                     self.merge_fresh(p, site);
                 } else {
-                    self.merge(p, log);
+                    self.merge(p, None);
                 }
             }
         }
+    }
+
+    /// [`State::merge_drained`] with an event log: each probe with what it kept for the
+    /// log (its [`probe::Logged`] entry, pushed just before it on its thread: taken now, or
+    /// kept from an earlier drain), merged the same way.
+    #[inline(never)]
+    fn merge_logged(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
+        // Taken after the probes: every probe drained has its entry among them.
+        let mut logged = std::mem::take(&mut self.logged);
+        RINGS.take_logged(&mut self.logged_spare, &mut logged);
+        if threaded {
+            // In probe order, as the probes are (stable: one thread's entries of order
+            // 0, from before a second thread, stay in push order).
+            logged.sort_by_key(|l| l.seq);
+        }
+        let mut shape = std::mem::take(&mut self.shape);
+        // Entries before `next` are paired; one paired out of order gets key 0 (no
+        // tensor's address).
+        let mut next = 0;
+        for p in a.iter_mut().chain(b.iter_mut()) {
+            let (seq, key) = (p.seq, p.weak.key());
+            let at = match logged.get(next) {
+                Some(l) if (l.seq, l.key) == (seq, key) => next,
+                // Another thread's entries of probes still to be drained come first.
+                _ => match logged[next..]
+                    .iter()
+                    .position(|l| (l.seq, l.key) == (seq, key))
+                {
+                    Some(at) => next + at,
+                    None => {
+                        debug_assert!(false, "a logged probe without its entry");
+                        self.merge(p, None);
+                        continue;
+                    }
+                },
+            };
+            if at == next {
+                next += 1;
+            }
+            let l = logged[at];
+            logged[at].key = 0;
+            let capture = Capture {
+                t_ns: self.clock.ns(l.stamp),
+                thread: u64::from(l.thread),
+                storage: l.storage,
+                shape: l.shape(&mut shape),
+                dtype: l.dtype,
+                device: l.device,
+            };
+            if !threaded && p.first {
+                let site = self.site_id(p.site);
+                self.merge_fresh_logged(p, site, &capture);
+            } else {
+                self.merge(p, Some(&capture));
+            }
+        }
+        // What is left waits for its probes' drain.
+        logged.drain(..next);
+        logged.retain(|l| l.key != 0);
+        self.logged = logged;
+        self.shape = shape;
     }
 
     /// Merges the probe of a tensor that has no record, with no event log: a loop body's
@@ -155,13 +234,68 @@ impl State {
             .insert(key, Record::of(p, id, site, view, storage));
     }
 
-    /// Merges one probe into the registry.
+    /// [`State::merge_fresh`] with an event log (`c`: what the probe kept for it): the
+    /// same, and its `born` event is written, with its `stored` and `dropped` events.
+    fn merge_fresh_logged(&mut self, p: &mut Pending, site: u32, c: &Capture<'_>) {
+        let id = self.next_record;
+        self.next_record += 1;
+        let frame = (p.frame != 0).then_some(u64::from(p.frame));
+        let at = (frame, u64::from(p.iteration));
+        let tensor = match p.weak.strong_count() {
+            0 => None,
+            _ => p.weak.upgrade(),
+        };
+        let Some(tensor) = tensor else {
+            self.born_event(c, (id, site, p.store), at, true);
+            self.parts.roles.temporary(p.role, c.storage.storage_bytes);
+            return;
+        };
+        let view = View::of(&tensor);
+        drop(tensor);
+        self.born_event(c, (id, site, p.store), at, false);
+        let key = p.weak.key();
+        self.parts
+            .registry
+            .insert(key, Record::of(p, id, site, view, c.storage));
+    }
+
+    /// The `born` event of record `id` born at `site` (with its `stored` event when
+    /// `store`, and its `dropped` event when `dropped`).
+    fn born_event(
+        &mut self,
+        c: &Capture<'_>,
+        (id, site, store): (u64, u32, bool),
+        (frame, iteration): (Option<u64>, u64),
+        dropped: bool,
+    ) {
+        let (index, device) = device_name(&mut self.device_names, c.device);
+        let born = BornRef {
+            t_ns: c.t_ns,
+            tensor: id,
+            site,
+            frame,
+            iteration,
+            bytes: c.storage.storage_bytes,
+            storage: c.storage.storage as u64,
+            shape: Some(c.shape),
+            dtype: c.dtype.as_str(),
+            device,
+            thread: c.thread,
+            // The same (dtype, device) gets the same number.
+            kind: index << 8 | c.dtype as u32,
+        };
+        self.parts
+            .sink
+            .born_logged(&born, store.then_some(site), dropped);
+    }
+
+    /// Merges one probe into the registry (`log`: what it kept for the event log).
     ///
     /// A key names one tensor for as long as a probe entry or a record holds its weak
     /// handle (the handle keeps the address allocated), so a probe's key finds its
     /// tensor's record if it has one.
     #[inline(never)]
-    fn merge(&mut self, p: &mut Pending, log: bool) {
+    fn merge(&mut self, p: &mut Pending, log: Option<&Capture<'_>>) {
         let site = self.site_id(p.site);
         let key = p.weak.key();
         if let Some(r) = self.parts.registry.young_mut(key) {
@@ -169,98 +303,29 @@ impl State {
             if p.store {
                 r.store = site;
                 let tensor = r.id;
-                if log {
-                    self.parts.sink.emit(Event::Stored {
-                        t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
-                        tensor,
-                        site,
-                    });
+                if let Some(c) = log {
+                    self.parts.sink.stored(c.t_ns, tensor, site);
                 }
-            } else if log && r.site != site {
+            } else if log.is_some() && r.site != site {
                 let tensor = r.id;
-                self.parts.sink.emit(Event::Alias { tensor, site });
+                self.parts.sink.alias(tensor, site);
             }
             return;
         }
         if self.sweeper.generational() && self.merge_old(p, key, site, log) {
             return;
         }
-        let alive = p.weak.strong_count() > 0;
-        if !alive && !p.first {
+        if p.weak.strong_count() == 0 && !p.first {
             // A later probe of a tensor that has no record and is gone: its first probe
             // found it dropped (and counted it), or a sweep removed its record since this
             // probe (another thread's, made while that sweep held the lock). Or, on
             // another thread, its first probe is still to be drained and will count it.
             return;
         }
-        // With a log every probe read what the log needs (`timed` is whether it opened).
-        debug_assert_eq!(log, p.logged.is_some());
-        let Some(l) = p.logged.as_deref().filter(|_| log) else {
-            // No event log: a birth as of a first probe's.
-            self.merge_fresh(p, site);
-            return;
-        };
-        let id = self.next_record;
-        self.next_record += 1;
-        let (frame, iteration) = (u64::from(p.frame), u64::from(p.iteration));
-        let (t_ns, view, storage) = (l.t_ns, l.view, l.storage);
-        // The event of the previous birth, refilled: its shape and strings keep their
-        // allocations.
-        let mut born = self.born.take().unwrap_or_else(|| Event::Born {
-            t_ns: 0,
-            tensor: 0,
-            site: 0,
-            frame: None,
-            iteration: 0,
-            bytes: 0,
-            storage: 0,
-            shape: None,
-            dtype: String::new(),
-            device: String::new(),
-            thread: 0,
-        });
-        if let Event::Born {
-            t_ns: b_t_ns,
-            tensor,
-            site: b_site,
-            frame: b_frame,
-            iteration: b_iteration,
-            bytes,
-            storage: b_storage,
-            shape,
-            dtype,
-            device,
-            thread,
-        } = &mut born
-        {
-            (*b_t_ns, *tensor, *b_site) = (t_ns, id, site);
-            (*b_frame, *b_iteration) = ((frame != 0).then_some(frame), iteration);
-            (*bytes, *b_storage) = (storage.storage_bytes, storage.storage as u64);
-            let shape = shape.get_or_insert_with(Vec::new);
-            shape.clear();
-            shape.extend_from_slice(&l.dims);
-            dtype.clear();
-            dtype.push_str(view.dtype.as_str());
-            device.clear();
-            let _ = write!(device, "{}", view.device);
-            *thread = u64::from(l.thread);
-        }
-        self.parts.sink.emit_ref(&born);
-        self.born = Some(born);
-        if p.store {
-            self.parts.sink.emit(Event::Stored {
-                t_ns,
-                tensor: id,
-                site,
-            });
-        }
-        if alive {
-            self.parts
-                .registry
-                .insert(key, Record::of(p, id, site, view, storage));
-        } else {
-            self.parts.sink.emit(Event::Dropped { t_ns, tensor: id });
-            self.parts.roles.temporary(p.role, storage.storage_bytes);
+        // A birth as of a first probe's.
+        match log {
+            None => self.merge_fresh(p, site),
+            Some(c) => self.merge_fresh_logged(p, site, c),
         }
     }
 }
@@ -269,7 +334,7 @@ impl State {
     /// A later probe of an old record (generational mode): a store moves its holder, an
     /// alias is logged. False when `key` is no old record.
     #[cold]
-    fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: bool) -> bool {
+    fn merge_old(&mut self, p: &Pending, key: usize, site: u32, log: Option<&Capture<'_>>) -> bool {
         let store = p.store.then_some(site);
         let Some((first_site, tensor)) =
             self.sweeper
@@ -277,18 +342,38 @@ impl State {
         else {
             return false;
         };
-        if !log {
+        let Some(c) = log else {
             return true;
-        }
+        };
         if p.store {
-            self.parts.sink.emit(Event::Stored {
-                t_ns: p.logged.as_ref().map_or(0, |l| l.t_ns),
-                tensor,
-                site,
-            });
+            self.parts.sink.stored(c.t_ns, tensor, site);
         } else if first_site != site {
-            self.parts.sink.emit(Event::Alias { tensor, site });
+            self.parts.sink.alias(tensor, site);
         }
         true
     }
+
+    /// The iteration end's time and its iteration's duration (from `started`, its
+    /// [`Tracker::stamp`]), with an event log (`timed`): the clock as the drain read it;
+    /// else 0 (nothing reads them).
+    pub(super) fn iteration_times(&self, timed: bool, started: u64) -> (u64, u64) {
+        if !timed {
+            return (0, 0);
+        }
+        let t_ns = self.clock.latest_ns();
+        (t_ns, t_ns.saturating_sub(self.clock.ns(started)))
+    }
+}
+
+/// The name of `device` in the event log, and its index (the first of a device formats
+/// it once).
+fn device_name(names: &mut Vec<(DeviceId, String)>, device: DeviceId) -> (u32, &str) {
+    let at = match names.iter().position(|(d, _)| *d == device) {
+        Some(at) => at,
+        None => {
+            names.push((device, device.to_string()));
+            names.len() - 1
+        }
+    };
+    (at as u32, &names[at].1)
 }

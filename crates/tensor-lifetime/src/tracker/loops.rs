@@ -115,7 +115,7 @@ impl Tracker {
     }
 
     /// Marks the start of iteration `iteration` of `frame` on this thread; returns its
-    /// start time for the event log ([`Tracker::stamp`]).
+    /// start stamp for the event log ([`Tracker::stamp`]).
     pub(crate) fn begin_iteration(&self, frame: u64, iteration: u64) -> u64 {
         timed(HotPhase::BeginIteration, || {
             set_iteration(frame, iteration);
@@ -221,14 +221,13 @@ impl Tracker {
             };
             let mut st = self.state.lock();
             timed(HotPhase::Drain, || self.drain(&mut st));
-            let t_ns = self.stamp();
+            let (t_ns, duration_ns) = st.iteration_times(self.timed, started_ns);
             let sweep = timed(HotPhase::Sweep, || {
                 st.sweep(Walk::End { frame, outermost }, t_ns, self.timed)
             });
             if let Some(f) = st.parts.frames.get_mut(&frame) {
                 f.ended = f.ended.max(iteration + 1);
             }
-            let duration_ns = t_ns.saturating_sub(started_ns);
             let Parts { devices, sink, .. } = &mut st.parts;
             monitor::tick(devices, sink, t_ns);
             st.parts.sink.declare_call_paths();

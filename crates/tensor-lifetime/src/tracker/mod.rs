@@ -69,6 +69,7 @@
 //! judgement directly).
 
 mod answers;
+mod clock;
 mod drain;
 mod frames;
 mod inputs;
@@ -100,7 +101,7 @@ use crate::weak;
 use frames::SessionJudgement;
 use keep::FastMap;
 use parking_lot::Mutex;
-use probe::{Pending, PrimaryLoop};
+use probe::{Logged, Pending, PrimaryLoop};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -190,8 +191,17 @@ struct State {
     sweeper: Sweeper,
     /// Probes taken from the threads' buffers (kept for its capacity).
     drained: Vec<Pending>,
-    /// The event log's latest birth event, refilled for the next one.
-    born: Option<Event>,
+    /// With an event log: the threads' [`Logged`] entries not yet paired with their probe
+    /// (in probe order), and the buffers the drain moves them through.
+    logged: Vec<Logged>,
+    logged_spare: Vec<Logged>,
+    /// A logged probe's shape, read for its `born` event.
+    shape: Vec<usize>,
+    /// The event log's clock: turns the probes' stamps into nanoseconds.
+    clock: clock::Clock,
+    /// The devices' names in the event log, by device; their index codes a birth's
+    /// dtype and device for the log's writer.
+    device_names: Vec<(crate::device::DeviceId, String)>,
 }
 
 /// The process-wide tracker.
@@ -242,12 +252,16 @@ impl Tracker {
         monitor::configure(config.memory_every);
         crate::sample::configure(config.sample, config.sample_seed);
         // Threads register their probe rings from now on.
-        probe::RINGS.start();
+        probe::RINGS.start(log.is_some());
         Tracker {
             timed: log.is_some(),
             config,
             start,
-            state: Mutex::new(State::new(log, exact_max)),
+            state: Mutex::new(State {
+                // The event log's times count from the tracker's start.
+                clock: clock::Clock::new(start),
+                ..State::new(log, exact_max)
+            }),
             next_frame: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             primary: PrimaryLoop::default(),
@@ -275,13 +289,14 @@ impl Tracker {
         self.start.elapsed().as_nanos() as u64
     }
 
-    /// [`Tracker::now_ns`] when an event log is written (its events carry times), else 0:
-    /// nothing else reads the times of probes and iterations, and a clock read is not free
-    /// on every host (a virtual machine's clock source may need a system call).
+    /// A time stamp ([`crate::phase_timing::ticks`], turned into nanoseconds at the next
+    /// drain by [`clock::Clock`]) when an event log is written (its events carry times),
+    /// else 0: nothing else reads the times of probes and iterations, and a clock read is
+    /// not free on every host (a virtual machine's clock source may need a system call).
     #[inline]
     pub(crate) fn stamp(&self) -> u64 {
         if self.timed {
-            self.now_ns()
+            crate::phase_timing::ticks()
         } else {
             0
         }
@@ -304,7 +319,11 @@ impl State {
             },
             sweeper: Sweeper::new(exact_max),
             drained: Vec::new(),
-            born: None,
+            logged: Vec::new(),
+            logged_spare: Vec::new(),
+            shape: Vec::new(),
+            clock: clock::Clock::new(Instant::now()),
+            device_names: Vec::new(),
         }
     }
 

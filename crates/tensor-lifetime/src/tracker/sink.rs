@@ -1,7 +1,9 @@
-//! The sink: the one path from the tracker to the report crate. Every event goes through
-//! [`Sink::emit`] to the event log (`TENSOR_LIFETIME_LOG`, when one is written) and to the
-//! judgement ([`Analysis`]); the counts that need no event without a log (a temporary's
-//! birth, a drop, an iteration end's summaries) are handed to the analysis directly. The
+//! The sink: the one path from the tracker to the report crate. Every event goes to the
+//! event log (`TENSOR_LIFETIME_LOG`, when one is written) and to the judgement
+//! ([`Analysis`]): the rare ones built and applied ([`Sink::emit`]); the per-step ones
+//! (births, drops, stores, aliases, iteration ends) written from their fields
+//! ([`StepEvent`]) and handed to the analysis directly, as the same event applied from
+//! the saved log would be. The
 //! automatic reports (stderr, `TENSOR_LIFETIME_JSON`, `tracing`) and the reads of the
 //! judgement (reports, births, sites, call paths) are here too.
 
@@ -12,7 +14,7 @@ use crate::site::Site;
 use std::fs::File;
 use std::time::Instant;
 use tensor_lifetime_report::analysis::Catalog;
-use tensor_lifetime_report::event::{Event, EventWriter, LogFormat, SiteSweep};
+use tensor_lifetime_report::event::{BornRef, Event, EventWriter, LogFormat, SiteSweep, StepEvent};
 use tensor_lifetime_report::report::SiteRef;
 use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
 
@@ -34,6 +36,9 @@ pub(super) struct Sink {
     declared_paths: u32,
     /// The pace of the outermost loop and the device's room, for the forecasts.
     outlook: Outlook,
+    /// The dtype of the latest logged birth (the low byte of its `kind`) and the size of
+    /// its elements as the analysis reads it.
+    dtype_size: (u32, Option<u64>),
 }
 
 /// What an automatic report printed: a new report is printed when this changes.
@@ -63,6 +68,7 @@ impl Sink {
             log_flushed_ns: 0,
             declared_paths: 0,
             outlook: Outlook::default(),
+            dtype_size: (u32::MAX, None),
         }
     }
 
@@ -113,13 +119,69 @@ impl Sink {
     pub(super) fn emit_ref(&mut self, event: &Event) {
         if let Some(w) = self.log.as_mut() {
             if let Err(e) = w.write(event) {
-                if !self.log_error {
-                    eprintln!("tensor-lifetime: cannot write the event log: {e}");
-                    self.log_error = true;
-                }
+                self.write_failed(e);
             }
         }
         self.analysis.apply(event);
+    }
+
+    /// Writes a per-step event to the log (the caller counts it in the analysis).
+    #[inline]
+    fn log_step(&mut self, event: StepEvent<'_>) {
+        if let Some(w) = self.log.as_mut() {
+            if let Err(e) = w.write_step(event) {
+                self.write_failed(e);
+            }
+        }
+    }
+
+    /// Says once that the log cannot be written.
+    #[cold]
+    fn write_failed(&mut self, e: std::io::Error) {
+        if !self.log_error {
+            eprintln!("tensor-lifetime: cannot write the event log: {e}");
+            self.log_error = true;
+        }
+    }
+
+    /// With a log: a birth's `born` event, then a `stored` event at `store` (a first
+    /// probe at a store site) and a `dropped` event (a tensor dropped before its drain),
+    /// counted in the analysis as the saved log's events are (a birth and its drop
+    /// together). The low byte of `born.kind` names its dtype.
+    #[inline]
+    pub(super) fn born_logged(&mut self, born: &BornRef<'_>, store: Option<u32>, dropped: bool) {
+        self.log_step(StepEvent::Born(*born));
+        let (t_ns, tensor) = (born.t_ns, born.tensor);
+        if let Some(site) = store {
+            self.log_step(StepEvent::Stored { t_ns, tensor, site });
+        }
+        if dropped {
+            self.log_step(StepEvent::Dropped { t_ns, tensor });
+        }
+        // The dtype's element size, read again only for another dtype.
+        let dtype = born.kind & 0xff;
+        if self.dtype_size.0 != dtype {
+            self.dtype_size = (dtype, tensor_lifetime_report::model::dtype_size(born.dtype));
+        }
+        self.analysis.note_born_logged(
+            (born.site, born.frame, born.iteration),
+            born.bytes,
+            born.shape,
+            self.dtype_size.1,
+            dropped,
+        );
+    }
+
+    /// With a log: a `stored` event (the judgement reads none).
+    #[inline]
+    pub(super) fn stored(&mut self, t_ns: u64, tensor: u64, site: u32) {
+        self.log_step(StepEvent::Stored { t_ns, tensor, site });
+    }
+
+    /// With a log: an `alias` event (the judgement reads none).
+    #[inline]
+    pub(super) fn alias(&mut self, tensor: u64, site: u32) {
+        self.log_step(StepEvent::Alias { tensor, site });
     }
 
     pub(super) fn flush_log(&mut self) {
@@ -159,7 +221,7 @@ impl Sink {
     }
 
     /// A first probe's tensor dropped before its drain, without a log (a temporary).
-    #[inline]
+    #[inline(always)]
     pub(super) fn born_dropped(
         &mut self,
         site: u32,
@@ -172,22 +234,28 @@ impl Sink {
     }
 
     /// A first probe's tensor alive at its drain, without a log.
-    #[inline]
+    #[inline(always)]
     pub(super) fn born_alive(&mut self, site: u32, frame: Option<u64>, iteration: u64, bytes: u64) {
         self.analysis.note_born_at(site, frame, iteration, bytes);
     }
 
-    /// `dropped` records found dead; with a log, the `dropped` events of `ids`.
+    /// `dropped` records found dead; with a log, the `dropped` events of `ids` (counted
+    /// as the saved log's events are, one each).
     pub(super) fn drops(&mut self, dropped: u64, ids: &mut Vec<u64>, t_ns: u64) {
         if self.logs() {
-            // The events count the drops in the analysis.
-            for id in ids.drain(..) {
-                self.emit(Event::Dropped { t_ns, tensor: id });
-            }
-        } else {
-            for _ in 0..dropped {
-                self.analysis.note_dropped();
-            }
+            return self.logged_drops(ids, t_ns);
+        }
+        for _ in 0..dropped {
+            self.analysis.note_dropped();
+        }
+    }
+
+    /// [`Sink::drops`] with a log.
+    #[inline(never)]
+    fn logged_drops(&mut self, ids: &mut Vec<u64>, t_ns: u64) {
+        for tensor in ids.drain(..) {
+            self.log_step(StepEvent::Dropped { t_ns, tensor });
+            self.analysis.note_dropped();
         }
     }
 
@@ -207,38 +275,22 @@ impl Sink {
         outermost: bool,
     ) {
         if self.logs() {
-            // The log lists the roles that have tensors.
+            // The log lists the roles that have tensors; the analysis takes the same.
             roles.retain(|r| r.tensors + r.temporary_tensors > 0);
-            // The summaries go into the event and come back to the caller's buffers.
-            let event = Event::IterationEnd {
+            self.log_step(StepEvent::IterationEnd {
                 t_ns,
                 frame,
                 iteration,
                 duration_ns,
                 live_tensors,
                 live_bytes,
-                sites: std::mem::take(sites),
-                roles: std::mem::take(roles),
-            };
-            self.emit_ref(&event);
-            if let Event::IterationEnd {
-                sites: s, roles: r, ..
-            } = event
-            {
-                *sites = s;
-                *roles = r;
-            }
-            self.flush_log_at_iteration_end(t_ns, outermost);
-        } else {
-            self.analysis.note_iteration_end(
-                frame,
-                iteration,
-                live_tensors,
-                live_bytes,
                 sites,
                 roles,
-            );
+            });
+            self.flush_log_at_iteration_end(t_ns, outermost);
         }
+        self.analysis
+            .note_iteration_end(frame, iteration, live_tensors, live_bytes, sites, roles);
     }
 
     /// Says that the judgement's survivors outside leak tests are estimates from a sample

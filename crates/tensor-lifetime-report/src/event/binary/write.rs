@@ -4,7 +4,7 @@
 
 use super::MINOR_VERSION;
 use super::{born, tag, zigzag_delta, Running, FILE_HEADER_LEN, MAGIC, MAJOR_VERSION};
-use crate::event::Event;
+use crate::event::{BornRef, Event, StepEvent};
 use crate::roles::CallFrame;
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -25,6 +25,9 @@ pub struct BinaryWriter<W: Write> {
     /// The same strings by index.
     names: Vec<String>,
     running: Running,
+    /// The previous birth's `kind` ([`BornRef::kind`]): its dtype and device are the
+    /// running ones.
+    kind: u32,
 }
 
 impl<W: Write> BinaryWriter<W> {
@@ -44,12 +47,30 @@ impl<W: Write> BinaryWriter<W> {
                 device: u32::MAX,
                 ..Running::default()
             },
+            kind: BornRef::ANY_KIND,
         }
     }
 
     /// Appends `event` (and the declarations of the strings it uses first).
     pub fn write(&mut self, event: &Event) -> io::Result<()> {
-        self.encode(event);
+        match event.step() {
+            Some(step) => self.encode_step(step),
+            None => self.encode_rare(event),
+        }
+        self.hand_over()
+    }
+
+    /// Appends a per-step event from its borrowed fields: the same bytes as
+    /// [`BinaryWriter::write`] of its [`Event`].
+    #[inline]
+    pub fn write_step(&mut self, event: StepEvent<'_>) -> io::Result<()> {
+        self.encode_step(event);
+        self.hand_over()
+    }
+
+    /// Hands the buffer to the output once it holds [`FLUSH_AT`] bytes.
+    #[inline]
+    fn hand_over(&mut self) -> io::Result<()> {
         if self.buf.len() >= FLUSH_AT {
             self.out.write_all(&self.buf)?;
             self.buf.clear();
@@ -69,97 +90,36 @@ impl<W: Write> BinaryWriter<W> {
         self.out.flush()
     }
 
-    fn encode(&mut self, event: &Event) {
+    #[inline]
+    fn encode_step(&mut self, event: StepEvent<'_>) {
         match event {
-            Event::Born {
-                t_ns,
-                tensor,
-                site: _,
-                frame,
-                iteration,
-                bytes: _,
-                storage,
-                shape,
-                dtype,
-                device,
-                thread,
-            } => {
-                let r = &self.running;
-                let new_type =
-                    self.strings_differ(r.dtype, dtype) || self.strings_differ(r.device, device);
-                let (dtype_id, device_id) = if new_type {
-                    (self.intern(dtype), self.intern(device))
-                } else {
-                    (self.running.dtype, self.running.device)
-                };
-                let r = &mut self.running;
-                let mut flags = 0;
-                if let Some(f) = frame {
-                    flags |= born::HAS_FRAME;
-                    if r.frame != Some(*f) {
-                        flags |= born::NEW_FRAME;
-                    }
-                }
-                if let Some(s) = shape {
-                    flags |= born::HAS_SHAPE;
-                    if !same(&r.shape, s) {
-                        flags |= born::NEW_SHAPE;
-                    }
-                }
-                if new_type {
-                    flags |= born::NEW_TYPE;
-                }
-                if r.thread != *thread {
-                    flags |= born::NEW_THREAD;
-                }
-                if flags & born::NEW_SHAPE != 0 {
-                    // A shape of any length: the general frame.
-                    let f = Frame::open(&mut self.buf, tag::BORN);
-                    born_fields(f.buf, r, flags, event, (dtype_id, device_id));
-                    f.close();
-                } else {
-                    let mut rec = Small::new(tag::BORN);
-                    born_fields(&mut rec, r, flags, event, (dtype_id, device_id));
-                    rec.finish(&mut self.buf);
-                }
-                if new_type {
-                    (r.dtype, r.device) = (dtype_id, device_id);
-                }
-                if let (true, Some(s)) = (flags & born::NEW_SHAPE != 0, shape) {
-                    r.shape.clone_from(s);
-                }
-                if let Some(f) = frame {
-                    r.frame = Some(*f);
-                }
-                r.thread = *thread;
-                (r.t_ns, r.tensor, r.iteration, r.storage) = (*t_ns, *tensor, *iteration, *storage);
-            }
-            Event::Dropped { t_ns, tensor } => {
+            StepEvent::Born(b) => self.born(&b),
+            StepEvent::Dropped { t_ns, tensor } => {
                 let r = &mut self.running;
                 let mut rec = Small::new(tag::DROPPED);
-                rec.put(zigzag_delta(*t_ns, r.t_ns));
-                rec.put(zigzag_delta(*tensor, r.tensor));
+                rec.put(zigzag_delta(t_ns, r.t_ns));
+                rec.put(zigzag_delta(tensor, r.tensor));
                 rec.finish(&mut self.buf);
-                (r.t_ns, r.tensor) = (*t_ns, *tensor);
+                (r.t_ns, r.tensor) = (t_ns, tensor);
             }
-            Event::Stored { t_ns, tensor, site } => {
+            StepEvent::Stored { t_ns, tensor, site } => {
                 let r = &mut self.running;
                 let mut rec = Small::new(tag::STORED);
-                rec.put(zigzag_delta(*t_ns, r.t_ns));
-                rec.put(zigzag_delta(*tensor, r.tensor));
-                rec.put(u64::from(*site));
+                rec.put(zigzag_delta(t_ns, r.t_ns));
+                rec.put(zigzag_delta(tensor, r.tensor));
+                rec.put(u64::from(site));
                 rec.finish(&mut self.buf);
-                (r.t_ns, r.tensor) = (*t_ns, *tensor);
+                (r.t_ns, r.tensor) = (t_ns, tensor);
             }
-            Event::Alias { tensor, site } => {
+            StepEvent::Alias { tensor, site } => {
                 let r = &mut self.running;
                 let mut rec = Small::new(tag::ALIAS);
-                rec.put(zigzag_delta(*tensor, r.tensor));
-                rec.put(u64::from(*site));
+                rec.put(zigzag_delta(tensor, r.tensor));
+                rec.put(u64::from(site));
                 rec.finish(&mut self.buf);
-                r.tensor = *tensor;
+                r.tensor = tensor;
             }
-            Event::IterationEnd {
+            StepEvent::IterationEnd {
                 t_ns,
                 frame,
                 iteration,
@@ -171,9 +131,9 @@ impl<W: Write> BinaryWriter<W> {
             } => {
                 let r = &mut self.running;
                 let f = Frame::open(&mut self.buf, tag::ITERATION_END);
-                put(f.buf, zigzag_delta(*t_ns, r.t_ns));
-                r.t_ns = *t_ns;
-                for v in [*frame, *iteration, *duration_ns, *live_tensors, *live_bytes] {
+                put(f.buf, zigzag_delta(t_ns, r.t_ns));
+                r.t_ns = t_ns;
+                for v in [frame, iteration, duration_ns, live_tensors, live_bytes] {
                     put(f.buf, v);
                 }
                 put(f.buf, sites.len() as u64);
@@ -186,8 +146,65 @@ impl<W: Write> BinaryWriter<W> {
                 }
                 f.close();
             }
-            _ => self.encode_rare(event),
         }
+    }
+
+    /// A `born` record: the dtype and device declared when they differ from the previous
+    /// birth's (told by `kind` when the caller gives one, else by the strings).
+    #[inline]
+    fn born(&mut self, b: &BornRef<'_>) {
+        let same_kind = b.kind != BornRef::ANY_KIND && b.kind == self.kind;
+        let r = &self.running;
+        let new_type = !same_kind
+            && (self.strings_differ(r.dtype, b.dtype) || self.strings_differ(r.device, b.device));
+        self.kind = b.kind;
+        let (dtype_id, device_id) = if new_type {
+            (self.intern(b.dtype), self.intern(b.device))
+        } else {
+            (self.running.dtype, self.running.device)
+        };
+        let r = &mut self.running;
+        let mut flags = 0;
+        if let Some(f) = b.frame {
+            flags |= born::HAS_FRAME;
+            if r.frame != Some(f) {
+                flags |= born::NEW_FRAME;
+            }
+        }
+        if let Some(s) = b.shape {
+            flags |= born::HAS_SHAPE;
+            if !same(&r.shape, s) {
+                flags |= born::NEW_SHAPE;
+            }
+        }
+        if new_type {
+            flags |= born::NEW_TYPE;
+        }
+        if r.thread != b.thread {
+            flags |= born::NEW_THREAD;
+        }
+        if flags & born::NEW_SHAPE != 0 {
+            // A shape of any length: the general frame.
+            let f = Frame::open(&mut self.buf, tag::BORN);
+            born_fields(f.buf, r, flags, b, (dtype_id, device_id));
+            f.close();
+        } else {
+            let mut rec = Small::new(tag::BORN);
+            born_fields(&mut rec, r, flags, b, (dtype_id, device_id));
+            rec.finish(&mut self.buf);
+        }
+        if new_type {
+            (r.dtype, r.device) = (dtype_id, device_id);
+        }
+        if let (true, Some(s)) = (flags & born::NEW_SHAPE != 0, b.shape) {
+            r.shape.clear();
+            r.shape.extend_from_slice(s);
+        }
+        if let Some(f) = b.frame {
+            r.frame = Some(f);
+        }
+        r.thread = b.thread;
+        (r.t_ns, r.tensor, r.iteration, r.storage) = (b.t_ns, b.tensor, b.iteration, b.storage);
     }
 
     /// The events that are not written at every step.
@@ -322,7 +339,11 @@ impl<W: Write> BinaryWriter<W> {
             | Event::Dropped { .. }
             | Event::Stored { .. }
             | Event::Alias { .. }
-            | Event::IterationEnd { .. } => self.encode(event),
+            | Event::IterationEnd { .. } => {
+                if let Some(step) = event.step() {
+                    self.encode_step(step);
+                }
+            }
         }
     }
 
@@ -431,34 +452,19 @@ impl Out for Vec<u8> {
 
 /// The payload of a `born` record (`flags` computed against `r`, not yet updated).
 #[inline(always)]
-fn born_fields(out: &mut impl Out, r: &Running, flags: u8, event: &Event, ids: (u32, u32)) {
-    let Event::Born {
-        t_ns,
-        tensor,
-        site,
-        frame,
-        iteration,
-        bytes,
-        storage,
-        shape,
-        thread,
-        ..
-    } = event
-    else {
-        unreachable!("a born event")
-    };
-    out.put(zigzag_delta(*t_ns, r.t_ns));
-    out.put(zigzag_delta(*tensor, r.tensor));
-    out.put(u64::from(*site));
+fn born_fields(out: &mut impl Out, r: &Running, flags: u8, b: &BornRef<'_>, ids: (u32, u32)) {
+    out.put(zigzag_delta(b.t_ns, r.t_ns));
+    out.put(zigzag_delta(b.tensor, r.tensor));
+    out.put(u64::from(b.site));
     out.byte(flags);
     if flags & born::NEW_FRAME != 0 {
-        out.put(frame.unwrap_or(0));
+        out.put(b.frame.unwrap_or(0));
     }
-    out.put(zigzag_delta(*iteration, r.iteration));
-    out.put(*bytes);
-    out.put(zigzag_delta(*storage, r.storage));
+    out.put(zigzag_delta(b.iteration, r.iteration));
+    out.put(b.bytes);
+    out.put(zigzag_delta(b.storage, r.storage));
     if flags & born::NEW_SHAPE != 0 {
-        let s = shape.as_deref().unwrap_or_default();
+        let s = b.shape.unwrap_or_default();
         out.put(s.len() as u64);
         for d in s {
             out.put(*d as u64);
@@ -469,7 +475,7 @@ fn born_fields(out: &mut impl Out, r: &Running, flags: u8, event: &Event, ids: (
         out.put(u64::from(ids.1));
     }
     if flags & born::NEW_THREAD != 0 {
-        out.put(*thread);
+        out.put(b.thread);
     }
 }
 

@@ -2,7 +2,7 @@
 //! session. Only its own thread touches it (no lock); the tracker's global state is
 //! reached from here only through the ring's drain.
 
-use super::{Pending, RINGS};
+use super::{Logged, Pending, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -32,6 +32,8 @@ pub(crate) struct SessionMark {
 
 pub(in crate::tracker) struct Local {
     pub(in crate::tracker) buf: Producer<Pending>,
+    /// With an event log: the ring of what the log needs of each probe.
+    pub(in crate::tracker) log: Producer<Logged>,
     /// Open loops on this thread, outermost first: read and written through
     /// [`Local::loops`].
     stack: RefCell<Vec<OpenLoop>>,
@@ -64,18 +66,24 @@ thread_local! {
 
 thread_local! {
     pub(crate) static LOCAL: Local = {
-        let buf = if RINGS.on.load(Ordering::Acquire) {
+        let (buf, log) = if RINGS.on.load(Ordering::Acquire) {
             let (buf, before) = RINGS.buffers.register();
             if before > 0 {
                 // From now on probes take a global order (see [`super::enter`]).
                 RINGS.threaded.store(true, Ordering::Relaxed);
             }
-            buf
+            let log = if RINGS.logging.load(Ordering::Relaxed) {
+                RINGS.logged.register().0
+            } else {
+                Producer::unregistered()
+            };
+            (buf, log)
         } else {
-            Producer::unregistered()
+            (Producer::unregistered(), Producer::unregistered())
         };
         Local {
             buf,
+            log,
             stack: RefCell::new(Vec::new()),
             session: Cell::new(SessionMark::default()),
             thread: NEXT_THREAD.fetch_add(1, Ordering::Relaxed),

@@ -1,5 +1,6 @@
 //! The probe: the hot path, no lock. A probe appends one entry ([`Pending`]) to its
-//! thread's ring ([`enter`]); a drain ([`Rings::drain_with`]) hands every thread's entries, in
+//! thread's ring ([`enter`]), with an event log also what the log's events need of it
+//! ([`Logged`], in the same ring: no allocation); a drain ([`Rings::drain_with`]) hands every thread's entries, in
 //! probe order, to the tracker's root, which merges them into the registry. The
 //! per-thread state ([`local`]: the ring, the open loops, the session), where a tensor
 //! was born ([`birth`]) and what is read of a tensor ([`observe`]) are here too.
@@ -16,11 +17,13 @@ pub(crate) use local::{set_session, Entered, SessionMark, TaskContext};
 pub(in crate::tracker) use observe::{Observed, View};
 
 use super::roles;
+use crate::device::DeviceId;
 use crate::probe_buffer::Registry;
 use crate::site::Site;
 use crate::weak::{self, WeakTensor};
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use observe::own_bytes;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One probe's observation, buffered per thread until the next sweep. One cache line,
@@ -55,26 +58,104 @@ pub(crate) struct Pending {
     /// The tensor's own bytes (elements times element size; its view, not its storage):
     /// the size the shape-churn finding judges. Read without the storage's lock.
     pub(in crate::tracker) bytes: u64,
-    /// What only the event log needs, read only when one is written.
-    pub(in crate::tracker) logged: Option<Box<Logged>>,
 }
 
-/// The part of a probe only the event log's events carry.
-#[derive(Debug)]
+/// The dimensions a [`Logged`] entry holds in place (below 2^32 each); a larger shape
+/// waits in [`LARGE_SHAPES`].
+pub(in crate::tracker) const INLINE_RANK: usize = 6;
+
+/// What only the event log's events carry of a probe (its `born` event, for a tensor
+/// dropped before the drain too), read only when one is written, into the thread's
+/// second ring ([`Rings::logged`]) just before the probe's [`Pending`] entry: no
+/// allocation (a shape that does not fit in place excepted).
+#[derive(Debug, Clone, Copy)]
 pub(in crate::tracker) struct Logged {
-    pub(in crate::tracker) t_ns: u64,
-    pub(in crate::tracker) thread: u32,
-    pub(in crate::tracker) view: View,
-    pub(in crate::tracker) dims: Vec<usize>,
-    /// The storage as of the probe (a birth's event carries it even for a tensor dropped
-    /// before the drain).
+    /// The probe's order and its tensor's key (as its [`Pending`]'s): the drain pairs
+    /// them by these.
+    pub(in crate::tracker) seq: u64,
+    pub(in crate::tracker) key: usize,
+    /// When probed ([`crate::phase_timing::ticks`]; the drain turns it into ns).
+    pub(in crate::tracker) stamp: u64,
+    /// The storage as of the probe.
     pub(in crate::tracker) storage: Observed,
+    pub(in crate::tracker) dims: [u32; INLINE_RANK],
+    /// The rank, or [`Logged::LARGE`]: the shape is in [`LARGE_SHAPES`].
+    pub(in crate::tracker) rank: u8,
+    pub(in crate::tracker) thread: u32,
+    pub(in crate::tracker) device: DeviceId,
+    pub(in crate::tracker) dtype: DType,
+}
+
+/// The shapes of logged probes that do not fit in [`Logged`] (a rank above
+/// [`INLINE_RANK`], a dimension of 2^32 or more), by probe order and key, until their
+/// drain.
+static LARGE_SHAPES: Mutex<Vec<LargeShape>> = Mutex::new(Vec::new());
+
+/// A shape in [`LARGE_SHAPES`]: its probe's order and key, and the dims.
+type LargeShape = (u64, usize, Box<[usize]>);
+
+impl Logged {
+    /// [`Logged::rank`] of a shape kept in [`LARGE_SHAPES`].
+    const LARGE: u8 = u8::MAX;
+
+    /// What the log needs of `t`, probed with order `seq` at `stamp` on `thread`.
+    #[inline]
+    fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> Logged {
+        let shape = t.dims();
+        let key = weak::key(t);
+        let mut dims = [0u32; INLINE_RANK];
+        let fits = shape.len() <= INLINE_RANK
+            && shape.iter().zip(&mut dims).all(|(d, to)| {
+                *to = *d as u32;
+                *d <= u32::MAX as usize
+            });
+        if !fits {
+            LARGE_SHAPES.lock().push((seq, key, shape.into()));
+        }
+        Logged {
+            seq,
+            key,
+            stamp,
+            storage: Observed::of(t),
+            dims,
+            rank: if fits {
+                shape.len() as u8
+            } else {
+                Logged::LARGE
+            },
+            thread: thread as u32,
+            device: DeviceId::of_location(t.device().location()),
+            dtype: t.dtype(),
+        }
+    }
+
+    /// The probe's shape, written into `to` when it is in place.
+    #[inline]
+    pub(in crate::tracker) fn shape<'a>(&self, to: &'a mut Vec<usize>) -> &'a [usize] {
+        to.clear();
+        if self.rank == Logged::LARGE {
+            let mut large = LARGE_SHAPES.lock();
+            if let Some(at) = large
+                .iter()
+                .position(|(seq, key, _)| (*seq, *key) == (self.seq, self.key))
+            {
+                to.extend_from_slice(&large.swap_remove(at).2);
+            }
+        } else {
+            let dims = &self.dims[..usize::from(self.rank)];
+            to.extend(dims.iter().map(|d| *d as usize));
+        }
+        to
+    }
 }
 
 /// The threads' probe rings and the global probe order: process-wide, as the tracker
 /// is, and reached without its lock.
 pub(in crate::tracker) struct Rings {
     buffers: Registry<Pending>,
+    /// With an event log: each thread's [`Logged`] entries, one per probe, pushed just
+    /// before its [`Pending`] entry.
+    logged: Registry<Logged>,
     /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
     /// A second thread has a probe buffer (set before that thread's first probe; never
@@ -83,18 +164,25 @@ pub(in crate::tracker) struct Rings {
     /// The tracker is on: a thread's first probe registers its ring (set once, before
     /// the tracker is published).
     on: AtomicBool,
+    /// An event log is written: a thread's first probe registers its [`Rings::logged`]
+    /// ring too (set with `on`).
+    logging: AtomicBool,
 }
 
 pub(in crate::tracker) static RINGS: Rings = Rings {
     buffers: Registry::new(),
+    logged: Registry::new(),
     next_seq: AtomicU64::new(1),
     threaded: AtomicBool::new(false),
     on: AtomicBool::new(false),
+    logging: AtomicBool::new(false),
 };
 
 impl Rings {
-    /// The tracker is on: threads register their rings from now on.
-    pub(in crate::tracker) fn start(&self) {
+    /// The tracker is on (writing an event log when `logging`): threads register their
+    /// rings from now on.
+    pub(in crate::tracker) fn start(&self, logging: bool) {
+        self.logging.store(logging, Ordering::Relaxed);
         self.on.store(true, Ordering::Release);
     }
 
@@ -117,6 +205,20 @@ impl Rings {
             |all| all.sort_by_key(|p| p.seq),
             // One thread's probes are read in place, in its ring.
             |a, b| merge(a, b, self.threaded.load(Ordering::Relaxed)),
+        );
+    }
+
+    /// Moves every thread's [`Logged`] entries to the end of `into` (each thread's in
+    /// push order, the threads' one after the other); `merged` as in
+    /// [`Rings::drain_with`].
+    pub(in crate::tracker) fn take_logged(&self, merged: &mut Vec<Logged>, into: &mut Vec<Logged>) {
+        self.logged.drain_with(
+            merged,
+            |_| {},
+            |a, b| {
+                into.extend_from_slice(a);
+                into.extend_from_slice(b);
+            },
         );
     }
 }
@@ -153,16 +255,16 @@ fn skipped(t: &Tensor, scale: u64) -> bool {
 
 /// Records a tensor seen at `site` (a binding, or a store when `store`) with the role
 /// byte `hint` (0: none; else the site's role, [`roles::hint`]) in this thread's ring.
-/// `primary` is where a thread with no loop lends its tensors; `now` is the clock read
-/// when an event log is written (`timed`); `drain` empties the rings when this one is
-/// full.
+/// `primary` is where a thread with no loop lends its tensors; `stamp` is the probe's
+/// time stamp when an event log is written (`timed`); `drain` empties the rings when this
+/// one is full.
 #[inline(always)]
 pub(in crate::tracker) fn enter(
     t: &Tensor,
     (site, store, hint): (&'static Site, bool, u8),
     primary: &PrimaryLoop,
-    (timed, now): (bool, impl Fn() -> u64),
-    drain: impl FnOnce(),
+    (timed, stamp): (bool, impl Fn() -> u64),
+    drain: impl Fn(),
 ) {
     // One counter for all threads: its order agrees with every thread's program
     // order and with hand-offs between threads (a tensor made on a loader thread and
@@ -199,17 +301,12 @@ pub(in crate::tracker) fn enter(
             }
         };
         drop(stack);
-        let logged = timed.then(|| {
-            Box::new(Logged {
-                t_ns: now(),
-                thread: local.thread as u32,
-                view: View::of(t),
-                dims: t.dims().to_vec(),
-                storage: Observed::of(t),
-            })
-        });
-        local.buf.push(
-            Pending {
+        if timed {
+            // Before the probe's entry: a drain that takes the entry finds this.
+            log_probe(t, (seq, stamp()), local, &drain);
+        }
+        local.buf.push_with(
+            || Pending {
                 weak: WeakTensor::new(t),
                 site,
                 store,
@@ -222,11 +319,18 @@ pub(in crate::tracker) fn enter(
                 role: roles::at_probe(t, hint, site.role),
                 path: crate::call_path::current(),
                 bytes: own_bytes::<false>(t),
-                logged,
             },
             &RINGS.buffers,
             // Full: the probes go to the registry now (the buffer keeps its size).
             drain,
         );
     });
+}
+
+/// What the event log needs of a probe of `t` (its order and stamp), into this thread's
+/// [`Rings::logged`] ring. Out of line: the probe without a log stays as short as it was.
+#[inline(never)]
+fn log_probe(t: &Tensor, (seq, stamp): (u64, u64), local: &local::Local, drain: &impl Fn()) {
+    let logged = || Logged::of(t, seq, stamp, local.thread);
+    local.log.push_with(logged, &RINGS.logged, drain);
 }

@@ -1,7 +1,7 @@
 //! What the tracker reads of a tensor, and when. Reading the storage takes its lock, so
 //! a probe reads only the shape (its own bytes); the storage and the rest are read at the
-//! drain for the tensors still alive then (the only ones that get a record), or at the
-//! probe when an event log is written (a birth's event carries them).
+//! drain for the tensors still alive then (the only ones that get a record); the storage
+//! also at the probe when an event log is written (a birth's event carries it).
 
 use crate::compat::storage_bytes;
 use crate::device::DeviceId;
@@ -35,7 +35,7 @@ impl Observed {
     /// Takes the storage's read lock, so a probe reads it only when an event log is
     /// written; otherwise the drain reads it from the tensors still alive, the only ones
     /// that get a record.
-    #[inline]
+    #[inline(always)]
     pub(in crate::tracker) fn of(t: &Tensor) -> Observed {
         let (guard, _) = t.storage_and_layout();
         let storage = &*guard as *const Storage as usize;
@@ -49,16 +49,14 @@ impl Observed {
 }
 
 /// What a record keeps of a tensor besides its storage. None of it changes in a tensor's
-/// life, so a probe reads it only when an event log is written (a birth's event carries
-/// it even for a tensor dropped before the drain); otherwise the drain reads it from the
-/// tensors still alive, the only ones that get a record.
+/// life, so the drain reads it from the tensors still alive, the only ones that get a
+/// record.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::tracker) struct View {
     pub(in crate::tracker) view_bytes: u64,
     pub(in crate::tracker) device: DeviceId,
     /// It had an autograd op (ops never change afterwards).
     pub(in crate::tracker) has_graph: bool,
-    pub(in crate::tracker) dtype: candle_core::DType,
 }
 
 impl View {
@@ -68,7 +66,6 @@ impl View {
             view_bytes: own_bytes::<false>(t),
             device: DeviceId::of_location(t.device().location()),
             has_graph: t.track_op() && !t.is_variable(),
-            dtype: t.dtype(),
         }
     }
 }
