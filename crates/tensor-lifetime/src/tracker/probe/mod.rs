@@ -1,7 +1,8 @@
 //! The probe: the hot path, no lock. A probe appends one entry ([`Pending`]) to its
 //! thread's ring ([`enter`]), with an event log also what the log's events need of it
-//! ([`Logged`], in the same ring: no allocation); a drain ([`Rings::drain_with`]) hands every thread's entries, in
-//! probe order, to the tracker's root, which merges them into the registry. The
+//! ([`Logged`], in the thread's second ring: no allocation); a drain
+//! ([`Rings::drain_with`]) hands every thread's entries, in probe order, to the
+//! tracker's root, which merges them into the registry. The
 //! per-thread state ([`local`]: the ring, the open loops, the session), where a tensor
 //! was born ([`birth`]) and what is read of a tensor ([`observe`]) are here too.
 
