@@ -14,7 +14,7 @@
 //! each with probability `1 - exp(-length / interval)`; see `draw` for the hash), but one answer for every probe
 //! of a tensor, since a tensor is probed at its binding, at each store and at each alias,
 //! and a countdown would give it one chance per probe. Nor does it keep any per-thread
-//! state: a probe that skips its tensor reads the gate ([`gate`]) and the seed, hashes one
+//! state: a probe that skips its tensor reads the gate word and the seed, hashes one
 //! integer, multiplies the tensor's own bytes and reads its weak count, inlined where the
 //! probe is.
 //!
