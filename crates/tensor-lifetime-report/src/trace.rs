@@ -39,6 +39,9 @@ struct Frame {
     start_ns: u64,
     /// End of the frame's last iteration: the next one's slice starts no earlier.
     last_end_ns: u64,
+    /// Start of the first loop opened in the running iteration: its slice starts no
+    /// later.
+    first_child_ns: Option<u64>,
 }
 
 /// An iteration end, as its slice shows it.
@@ -194,8 +197,14 @@ impl<W: Write> TraceWriter<W> {
                 site,
                 name,
                 thread,
+                parent,
                 ..
-            } => self.loop_start(*t_ns, *frame, *site, name, *thread),
+            } => {
+                if let Some(p) = parent.and_then(|p| self.frames.get_mut(&p)) {
+                    p.first_child_ns = Some(p.first_child_ns.map_or(*t_ns, |c| c.min(*t_ns)));
+                }
+                self.loop_start(*t_ns, *frame, *site, name, *thread)
+            }
             Event::IterationEnd {
                 t_ns,
                 frame,
@@ -271,6 +280,7 @@ impl<W: Write> TraceWriter<W> {
                 tid,
                 start_ns: t_ns,
                 last_end_ns: t_ns,
+                first_child_ns: None,
             },
         );
         Ok(())
@@ -282,13 +292,16 @@ impl<W: Write> TraceWriter<W> {
             return Ok(());
         };
         let (name, tid, loop_site) = (f.name.clone(), f.tid, f.site);
-        // Iteration slices of a frame follow each other: a start measured a little
-        // before the previous iteration's end (clocks read at different points of
-        // the sweep) would break the nesting trace viewers need, so it is clamped.
+        // Iteration slices of a frame follow each other and hold the loops opened in
+        // them: a start measured a little before the previous iteration's end, or a
+        // little after an inner loop's start (clocks read at different points, a
+        // stamp placed by the drain's clock), would break the nesting trace viewers
+        // need, so it is clamped.
         let start = end
             .t_ns
             .saturating_sub(end.duration_ns)
             .max(f.last_end_ns)
+            .min(f.first_child_ns.take().unwrap_or(u64::MAX))
             .min(end.t_ns);
         f.last_end_ns = f.last_end_ns.max(end.t_ns);
         let args = json!({

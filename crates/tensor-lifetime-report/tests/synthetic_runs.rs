@@ -99,6 +99,32 @@ mod trace {
         let t: Value = serde_json::from_slice(&w.finish().unwrap()).unwrap();
         check_trace(&t).unwrap();
     }
+
+    /// An outer iteration whose start was measured a little after its inner loop's
+    /// (its stamp placed by the drain's clock) still holds that loop's slice.
+    #[test]
+    fn an_iteration_measured_to_start_after_its_inner_loop_still_holds_it() {
+        let mut events = synth::events(&SynthLoop::leaky(3, 4));
+        let mut outer = 0;
+        for e in &mut events {
+            if let Event::IterationEnd {
+                frame, duration_ns, ..
+            } = e
+            {
+                if *frame == 1 {
+                    *duration_ns -= 700;
+                    outer += 1;
+                }
+            }
+        }
+        assert_eq!(outer, 3, "the epoch frame's iterations");
+        let mut w = TraceWriter::new(Vec::new(), &[]).unwrap();
+        for e in &events {
+            w.apply(e).unwrap();
+        }
+        let t: Value = serde_json::from_slice(&w.finish().unwrap()).unwrap();
+        check_trace(&t).unwrap();
+    }
 }
 
 mod timeline {
