@@ -15,15 +15,18 @@
 //! of a tensor, since a tensor is probed at its binding, at each store and at each alias,
 //! and a countdown would give it one chance per probe. Nor does it keep any per-thread
 //! state: a probe that skips its tensor reads the gate word and the seed, hashes one
-//! integer, multiplies the tensor's own bytes and reads its weak count, inlined where the
-//! probe is.
+//! integer and multiplies the tensor's own bytes, inlined where the probe is. While every
+//! record was made by this sample (no leak test ran, the interval and seed did not change
+//! under a running tracker), a tensor the sample skips has none; after such a change the
+//! gate word's low bit says so, and the probe also reads the tensor's weak count (a
+//! record holds a weak handle).
 //!
 //! Leak tests ([`crate::check_leaks`], [`crate::assert_no_leaks`], `#[leak_test]`) are
 //! exact whatever this says: a thread in a leak-test session records every tensor.
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tensor_lifetime_report::event::SiteSweep;
 use tensor_lifetime_report::size::parse_size;
@@ -102,15 +105,19 @@ const UNSET: u64 = u64::MAX;
 
 /// The interval in bytes (0: exact; [`UNSET`]: not decided yet).
 static INTERVAL: AtomicU64 = AtomicU64::new(UNSET);
-/// `u64::MAX / interval`: a tensor of `s` bytes is a candidate when its hash is below
-/// `s * SCALE` (0: exact, nothing is skipped).
+/// `u64::MAX / interval`, even (its low bit is the gate's [`MIXED`] bit): a tensor of `s`
+/// bytes is a candidate when its hash is below `s * SCALE` (0: exact, nothing is skipped).
 static SCALE: AtomicU64 = AtomicU64::new(0);
+/// The gate's low bit: records made outside this sample may exist (see [`gate`]).
+const MIXED: u64 = 1;
+/// The tracker started ([`configure`]): records may exist from then on.
+static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The seed is the program's (set by [`set_sample_seed`]): the configuration keeps it.
 static SEED_SET: AtomicU64 = AtomicU64::new(0);
 /// What every probe reads, side by side (one address to find): the gate ([`gate`]:
-/// [`SCALE`] while no leak test runs, else 0) and what the creation serials' draws are
-/// shifted by (the seed, mixed; seed 0's at first).
+/// [`SCALE`] while no leak test runs, with the [`MIXED`] bit, else 0) and what the
+/// creation serials' draws are shifted by (the seed, mixed; seed 0's at first).
 #[repr(C)]
 struct Gate {
     scale: AtomicU64,
@@ -121,9 +128,48 @@ static GATE: Gate = Gate {
     scale: AtomicU64::new(0),
     seed: AtomicU64::new(0xe220_a839_7b1d_cdaf),
 };
-/// Threads in a leak-test session, counted under this lock with every write of
-/// [`GATE`], so that the last write agrees with both the scale and the sessions.
-static GATE_SESSIONS: Mutex<usize> = Mutex::new(0);
+/// What the gate is written from, under one lock with every write of [`GATE`], so that
+/// the last write agrees with the scale, the sessions and the records.
+static GATE_STATE: Mutex<GateState> = Mutex::new(GateState {
+    sessions: 0,
+    mixed: false,
+});
+
+struct GateState {
+    /// Threads in a leak-test session.
+    sessions: usize,
+    /// Records made outside the sample in force may exist (sticky): a leak test ran (its
+    /// thread records every tensor), or the interval or the seed changed after the
+    /// tracker started.
+    mixed: bool,
+}
+
+impl GateState {
+    /// The gate at `scale` (see [`gate`]).
+    fn gate(&self, scale: u64) -> u64 {
+        match scale {
+            0 => 0,
+            _ if self.sessions > 0 => 0,
+            scale if self.mixed => scale | MIXED,
+            scale => scale,
+        }
+    }
+
+    /// Writes the gate at the scale in force.
+    fn write(&self) {
+        GATE.scale.store(self.gate(scale()), Ordering::Relaxed);
+    }
+
+    /// The sample changes now: records of the one before may exist if the tracker runs.
+    fn note_change(&mut self) {
+        self.mixed |= STARTED.load(Ordering::Relaxed);
+    }
+}
+
+/// The gate's state, locked (a panic under the lock left it whole).
+fn gate_state() -> std::sync::MutexGuard<'static, GateState> {
+    GATE_STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Records every tensor ([`Sampling::Exact`]) or a sample of them from now on. A tensor
 /// already recorded stays recorded; one already skipped is decided again at its next
@@ -134,32 +180,33 @@ pub fn set_sampling(sampling: Sampling) {
         Sampling::Exact => 0,
         Sampling::Interval(bytes) => bytes.max(1),
     };
-    let mut sessions = GATE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut state = gate_state();
     SCALE.store(0, Ordering::Relaxed);
     GATE.scale.store(0, Ordering::Relaxed);
     INTERVAL.store(interval, Ordering::Relaxed);
     if let Some(scale) = u64::MAX.checked_div(interval) {
-        SCALE.store(scale, Ordering::Relaxed);
+        // Even, and at least 2 (an interval above 2^62 bytes samples as 2^62).
+        SCALE.store((scale & !MIXED).max(2), Ordering::Relaxed);
     }
-    write_gate(&mut sessions, 0);
+    state.note_change();
+    state.write();
 }
 
 /// A thread entered (`+1`) or left (`-1`) a leak-test session: the gate is closed while
-/// any thread is in one (see [`gate`]).
+/// any thread is in one, and its records outlive it (see [`gate`]).
 pub(crate) fn session_entered(change: isize) {
-    let mut sessions = GATE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-    write_gate(&mut sessions, change);
+    let mut state = gate_state();
+    state.sessions = state.sessions.saturating_add_signed(change);
+    state.mixed = true;
+    state.write();
 }
 
-fn write_gate(sessions: &mut usize, change: isize) {
-    *sessions = sessions.saturating_add_signed(change);
-    let gate = if *sessions == 0 { scale() } else { 0 };
-    GATE.scale.store(gate, Ordering::Relaxed);
-}
-
-/// The probes' gate: the sampled mode's scale while no thread runs a leak test, else 0.
-/// Every probe of a tensor reads it first: a tensor the sample leaves out
-/// ([`skips`]) and that has no record costs that test and no more. While a leak test
+/// The probes' gate: the sampled mode's scale while no thread runs a leak test, else 0;
+/// its low bit ([`MIXED`]) set once records made outside the sample may exist. Every
+/// probe of a tensor reads it first: a tensor the sample leaves out ([`skips`]: the bit
+/// only widens the bound by one part in 2^44 of the interval, so what the gate skips the
+/// full path skips too) and that has no record (known from the bit, else from the weak
+/// count) costs that test and no more. While a leak test
 /// runs (its thread records every tensor) every probe takes the full path, which asks
 /// its own thread.
 #[inline(always)]
@@ -178,11 +225,15 @@ pub fn sampling() -> Sampling {
 /// Chooses which tensors a sampled run records: one seed, one sample (the same tensors of
 /// the same program, serial for serial). Overrides `TENSOR_LIFETIME_SAMPLE_SEED`.
 pub fn set_sample_seed(seed: u64) {
+    let mut state = gate_state();
     GATE.seed.store(mix(seed), Ordering::Relaxed);
     SEED_SET.store(1, Ordering::Relaxed);
+    state.note_change();
+    state.write();
 }
 
-/// The configured sampling and seed, unless the program set them first.
+/// The configured sampling and seed, unless the program set them first; from then on the
+/// tracker runs (a later change of the sample may leave records outside it).
 pub(crate) fn configure(sampling: Sampling, seed: Option<u64>) {
     if INTERVAL.load(Ordering::Relaxed) == UNSET {
         set_sampling(sampling);
@@ -192,6 +243,14 @@ pub(crate) fn configure(sampling: Sampling, seed: Option<u64>) {
             GATE.seed.store(mix(seed), Ordering::Relaxed);
         }
     }
+    STARTED.store(true, Ordering::Relaxed);
+}
+
+/// Whether a probe that the gate's sample skips must still read the tensor's weak count
+/// (see [`gate`]).
+#[inline(always)]
+pub(crate) fn gate_mixed(gate: u64) -> bool {
+    gate & MIXED != 0
 }
 
 /// Whether the tracker samples now.
@@ -353,6 +412,41 @@ mod tests {
                 u >= probability_at(interval, bytes)
             }
         }
+    }
+
+    /// The gate is closed while a leak test runs, the scale itself while every record is
+    /// the sample's, and the scale with its low bit once records outside it may exist;
+    /// the scale is even whatever the interval, so the bit widens the bound only.
+    #[test]
+    fn the_gate_says_whether_records_outside_the_sample_may_exist() {
+        let scale = (u64::MAX / (512 * 1024)) & !MIXED;
+        let pure = GateState {
+            sessions: 0,
+            mixed: false,
+        };
+        assert_eq!(pure.gate(scale), scale);
+        assert!(!gate_mixed(pure.gate(scale)));
+        assert_eq!(pure.gate(0), 0, "exact: no gate");
+        let mixed = GateState {
+            sessions: 0,
+            mixed: true,
+        };
+        assert_eq!(mixed.gate(scale), scale + 1);
+        assert!(gate_mixed(mixed.gate(scale)));
+        let in_test = GateState {
+            sessions: 1,
+            mixed: true,
+        };
+        assert_eq!(in_test.gate(scale), 0);
+        // Skipped through the gate is skipped by the full path's scale too.
+        let bytes = 256 * 1024;
+        let skipped = (0..10_000u64)
+            .filter(|serial| skips(scale | MIXED, *serial, bytes))
+            .inspect(|serial| assert!(skips(scale, *serial, bytes), "serial {serial}"))
+            .count();
+        // The quick bound alone skips half of them (the exact test reads the process's
+        // interval, which other tests set): the loop is not empty.
+        assert!(skipped >= 4_000, "{skipped}");
     }
 
     #[test]

@@ -222,5 +222,58 @@ fn leak_tests_are_exact_whatever_the_sampling() {
         assert!(recorded("in_a_leak_test"));
     })
     .unwrap();
+    // The record made in the leak test outlives it, and the probes after it still follow
+    // that tensor, though the sample leaves it out.
+    tensor_lifetime::store!(after, "cache");
+    let stored = tensor_lifetime::snapshot()
+        .into_iter()
+        .find(|l| l.site.label == "in_a_leak_test")
+        .and_then(|l| l.store);
+    assert!(stored.is_some(), "the store after the leak test was missed");
+    set_sampling(Sampling::Exact);
+}
+
+/// The memory monitor samples at every iteration end of a sampled run once it is on, its
+/// quiet ends too: turned on in the middle of a loop whose ends were quiet (a sampled
+/// 4 MiB tensor alive, the loop's 64-byte ones left out), it samples each of the loop's
+/// remaining ends.
+#[test]
+fn the_memory_monitor_counts_the_quiet_iteration_ends_of_a_sampled_run() {
+    if !tensor_lifetime_tests::process::alone(
+        module_path!(),
+        "the_memory_monitor_counts_the_quiet_iteration_ends_of_a_sampled_run",
+    ) {
+        return;
+    }
+    let log = std::env::temp_dir().join(format!("tl-monitor-{}.jsonl", std::process::id()));
+    std::env::set_var("TENSOR_LIFETIME_LOG", &log);
+    std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    std::env::remove_var("TENSOR_LIFETIME_MEMORY_EVERY");
+    set_sampling(Sampling::Interval(64 * 1024));
+
+    #[tensor_lifetime::track]
+    fn run(steps: usize, monitor_from: usize) -> candle_core::Result<()> {
+        let device = candle_core::Device::Cpu;
+        let held = candle_core::Tensor::zeros(1 << 20, candle_core::DType::F32, &device)?;
+        for step in 0..steps {
+            if step == monitor_from {
+                tensor_lifetime::set_memory_monitor(1);
+            }
+            let x = candle_core::Tensor::zeros(16, candle_core::DType::F32, &device)?;
+            let y = (&x * 2.0)?;
+            drop(y);
+        }
+        drop(held);
+        Ok(())
+    }
+    run(40, 25).unwrap();
+    tensor_lifetime::set_memory_monitor(0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let samples = text
+        .lines()
+        .filter(|l| l.contains("\"event\":\"memory\""))
+        .count();
+    assert_eq!(samples, 15, "one per iteration end from the 26th");
     set_sampling(Sampling::Exact);
 }

@@ -164,11 +164,11 @@ impl Tracker {
     /// Sampled mode: whether this iteration end of `frame` has nothing to do. No probe was
     /// recorded since the latest full end, that end was of the same frame, and it left no
     /// record alive, or left some fewer than [`QUIET_SPAN`] ends ago (a full end settles
-    /// their deaths). Not while the memory monitor samples.
+    /// their deaths). Not while the memory monitor samples (it clears `quiet_frame`).
     #[inline]
     fn quiet_end(&self, frame: u64) -> bool {
         // A recorded probe clears `quiet_frame` ([`Tracker::note_sampled_probe`]).
-        if self.quiet_frame.load(Ordering::Relaxed) != frame || monitor::on() {
+        if self.quiet_frame.load(Ordering::Relaxed) != frame {
             return false;
         }
         let left = self.quiet_left.load(Ordering::Relaxed);
@@ -196,7 +196,8 @@ impl Tracker {
         // `quiet_frame` before the store above, or counts after it: the next end of
         // `frame` is then a full one. (Sequentially consistent, with the probe's count
         // and clear, so that one of the two sees the other.)
-        if self.sampled_probes.load(Ordering::SeqCst) != probes {
+        // So does the memory monitor turned on since (it clears `quiet_frame` after).
+        if self.sampled_probes.load(Ordering::SeqCst) != probes || monitor::on() {
             self.quiet_frame.store(0, Ordering::SeqCst);
         }
     }

@@ -168,6 +168,14 @@ fn start(
     }
 }
 
+/// The tracker if it runs already (none is started here).
+fn started() -> Option<&'static Tracker> {
+    match STATE.get() {
+        Some(TrackerState::On(t)) => Some(t),
+        _ => None,
+    }
+}
+
 /// Why the tracker refused to start, if it did.
 pub(crate) fn failure() -> Option<String> {
     let _ = active();
@@ -225,9 +233,10 @@ pub(crate) struct Tracker {
     /// Sampled mode: quiet iteration ends left before a full one.
     quiet_left: AtomicU64,
     /// Sampled mode: the loop frame of the latest full iteration end, 0 once a probe was
-    /// recorded since. Only its ends may be quiet: another frame's end (an enclosing
-    /// loop's, after its nested loop's) has its own iterations to count and its own
-    /// survivors to judge, and a recorded probe is judged at the next end.
+    /// recorded since or while the memory monitor samples. Only its ends may be quiet:
+    /// another frame's end (an enclosing loop's, after its nested loop's) has its own
+    /// iterations to count and its own survivors to judge, a recorded probe is judged at
+    /// the next end, and the monitor counts every end.
     quiet_frame: AtomicU64,
     /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
     /// records it left alive (the span doubles while neither changes).
@@ -281,7 +290,14 @@ impl Tracker {
     fn note_sampled_probe(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         self.sampled_probes.fetch_add(1, SeqCst);
-        self.quiet_frame.store(0, SeqCst);
+        self.end_quiet();
+    }
+
+    /// The next iteration end is a full one (a recorded probe, the memory monitor on).
+    #[inline(always)]
+    fn end_quiet(&self) {
+        self.quiet_frame
+            .store(0, std::sync::atomic::Ordering::SeqCst);
     }
 
     #[inline]

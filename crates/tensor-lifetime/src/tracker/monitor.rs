@@ -23,7 +23,12 @@ static STEPS: AtomicU64 = AtomicU64::new(0);
 /// Samples memory every `every` iteration ends (0 turns it off: the default, unless
 /// `TENSOR_LIFETIME_MEMORY_EVERY` says otherwise).
 pub fn set_memory_monitor(every: u64) {
-    EVERY.store(every, Ordering::Relaxed);
+    EVERY.store(every, Ordering::SeqCst);
+    // A sampled run's quiet iteration ends are not counted: the next end is a full one
+    // (and [`Tracker::settle_quiet`](super::Tracker) grants none while the monitor is on).
+    if let Some(t) = super::started() {
+        t.end_quiet();
+    }
 }
 
 /// The configured period, unless [`set_memory_monitor`] was called first.
@@ -31,10 +36,10 @@ pub(super) fn configure(every: u64) {
     let _ = EVERY.compare_exchange(UNSET, every, Ordering::Relaxed, Ordering::Relaxed);
 }
 
-/// Whether the monitor samples (an iteration end must then be counted).
-#[inline]
+/// Whether the monitor samples (an iteration end must then be counted); sequentially
+/// consistent with [`set_memory_monitor`]'s store.
 pub(super) fn on() -> bool {
-    let every = EVERY.load(Ordering::Relaxed);
+    let every = EVERY.load(Ordering::SeqCst);
     every != 0 && every != UNSET
 }
 

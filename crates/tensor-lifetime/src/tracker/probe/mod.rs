@@ -245,13 +245,19 @@ pub(crate) fn gated_out(t: &Tensor) -> bool {
     } else {
         0
     };
-    gate != 0 && skipped(t, gate)
+    gate != 0 && skips(t, gate) && (!crate::sample::gate_mixed(gate) || weak::weak_count(t) == 0)
 }
 
 /// The sample at `scale` skips `t` and no record or probe entry of it exists.
 #[inline(always)]
 fn skipped(t: &Tensor, scale: u64) -> bool {
-    crate::sample::skips(scale, weak::serial(t), own_bytes::<true>(t)) && weak::weak_count(t) == 0
+    skips(t, scale) && weak::weak_count(t) == 0
+}
+
+/// The sample at `scale` skips `t`.
+#[inline(always)]
+fn skips(t: &Tensor, scale: u64) -> bool {
+    crate::sample::skips(scale, weak::serial(t), own_bytes::<true>(t))
 }
 
 /// Records a tensor seen at `site` (a binding, or a store when `store`) with the role
