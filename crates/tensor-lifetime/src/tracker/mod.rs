@@ -89,7 +89,6 @@ mod sweep;
 mod tally;
 
 pub use inputs::Input;
-pub use monitor::set_memory_monitor;
 pub(crate) use post_mortem::oom_seen;
 pub(crate) use probe::{gated_out, set_session, Entered, SessionMark, TaskContext};
 pub use queries::{LiveTensor, SiteTotals};
@@ -165,6 +164,17 @@ fn start(
     match self_test() {
         Ok(()) => TrackerState::On(Tracker::new(config)),
         Err(e) => TrackerState::Failed(e.to_string()),
+    }
+}
+
+/// Samples memory every `every` iteration ends (0 turns it off: the default, unless
+/// `TENSOR_LIFETIME_MEMORY_EVERY` says otherwise).
+pub fn set_memory_monitor(every: u64) {
+    monitor::set_every(every);
+    // A sampled run's quiet iteration ends are not counted: the next end is a full one
+    // (and `Tracker::settle_quiet` grants none while the monitor is on).
+    if let Some(t) = started() {
+        t.end_quiet();
     }
 }
 

@@ -2,7 +2,7 @@
 //! a sample of each device the tracker has seen, into the event log (`memory` events) and
 //! `tracing` (target `tensor_lifetime::memory`, level INFO): the
 //! `print(memory_allocated(), memory_reserved())` every 100 steps of PyTorch scripts. Off
-//! by default (`TENSOR_LIFETIME_MEMORY_EVERY`, or [`set_memory_monitor`]); a sample costs
+//! by default (`TENSOR_LIFETIME_MEMORY_EVERY`, or [`super::set_memory_monitor`]); a sample costs
 //! a few driver calls and no synchronize.
 
 use super::sink::Sink;
@@ -20,24 +20,19 @@ static EVERY: AtomicU64 = AtomicU64::new(UNSET);
 /// Iteration ends seen while the monitor is on.
 static STEPS: AtomicU64 = AtomicU64::new(0);
 
-/// Samples memory every `every` iteration ends (0 turns it off: the default, unless
-/// `TENSOR_LIFETIME_MEMORY_EVERY` says otherwise).
-pub fn set_memory_monitor(every: u64) {
+/// Sets the period ([`super::set_memory_monitor`], which also ends a sampled run's quiet
+/// iteration ends).
+pub(super) fn set_every(every: u64) {
     EVERY.store(every, Ordering::SeqCst);
-    // A sampled run's quiet iteration ends are not counted: the next end is a full one
-    // (and [`Tracker::settle_quiet`](super::Tracker) grants none while the monitor is on).
-    if let Some(t) = super::started() {
-        t.end_quiet();
-    }
 }
 
-/// The configured period, unless [`set_memory_monitor`] was called first.
+/// The configured period, unless [`super::set_memory_monitor`] was called first.
 pub(super) fn configure(every: u64) {
     let _ = EVERY.compare_exchange(UNSET, every, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Whether the monitor samples (an iteration end must then be counted); sequentially
-/// consistent with [`set_memory_monitor`]'s store.
+/// consistent with [`set_every`]'s store.
 pub(super) fn on() -> bool {
     let every = EVERY.load(Ordering::SeqCst);
     every != 0 && every != UNSET
@@ -113,9 +108,9 @@ mod tests {
     #[test]
     fn monitor_samples_every_nth_iteration_end() {
         // The only test that ticks the monitor (its counters are global).
-        set_memory_monitor(0);
+        set_every(0);
         assert!((0..7).all(|_| due().is_none()));
-        set_memory_monitor(5);
+        set_every(5);
         let due_at: Vec<usize> = (0..10).filter(|_| due().is_some()).collect();
         // Ticks while off are not counted: due at the 5th and 10th tick since.
         assert_eq!(due_at, [4, 9]);
@@ -126,6 +121,6 @@ mod tests {
         assert_eq!(got[0].0, DeviceId::CPU);
         assert_eq!(got[0].1.tracked, 64);
         assert!(got[0].1.process_resident.is_some());
-        set_memory_monitor(0);
+        set_every(0);
     }
 }
