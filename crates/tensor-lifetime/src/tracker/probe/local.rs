@@ -134,22 +134,13 @@ pub(in crate::tracker) fn set_iteration(frame: u64, iteration: u64) {
 
 /// [`set_iteration`], written to the open loop when this thread's loops are next read
 /// ([`Local::loops`]): the sampled mode's quiet iteration end, which records nothing.
+///
+/// What waits is `frame`'s own or nothing: a quiet end is of the loop whose full end came
+/// last (`Tracker::quiet_end`), and every full end, loop opened or closed and task switch
+/// reads this thread's loops first, which writes what waited.
 #[inline]
 pub(in crate::tracker) fn set_iteration_later(frame: u64, iteration: u64) {
-    let (pending, _) = LATER.get();
-    if pending != frame && pending != 0 {
-        // Another loop's (a nested loop ended): written now.
-        write_later();
-    }
     LATER.set((frame, iteration));
-}
-
-#[cold]
-#[inline(never)]
-fn write_later() {
-    let _ = LOCAL.try_with(|l| {
-        l.loops();
-    });
 }
 
 #[inline]
@@ -246,7 +237,7 @@ mod tests {
     }
 
     /// A quiet end's iteration reaches the open loop when the loops are next read; a
-    /// quiet end of another loop writes the waiting one first; a full end's iteration
+    /// full end of another loop writes the waiting one first; a full end's iteration
     /// replaces a waiting one of its loop.
     #[test]
     fn a_later_iteration_is_written_when_the_loops_are_read() {
@@ -259,13 +250,14 @@ mod tests {
                 }))
             });
             set_iteration_later(8, 2);
-            set_iteration_later(7, 3);
-            assert_eq!(LATER.with(Cell::get), (7, 3));
-            assert_eq!(seen(), [(7, 3), (8, 2)]);
+            set_iteration_later(8, 3);
+            assert_eq!(LATER.with(Cell::get), (8, 3));
+            set_iteration(7, 4);
             assert_eq!(LATER.with(Cell::get), (0, 0));
+            assert_eq!(seen(), [(7, 4), (8, 3)]);
             set_iteration_later(8, 5);
             set_iteration(8, 9);
-            assert_eq!(seen(), [(7, 3), (8, 9)]);
+            assert_eq!(seen(), [(7, 4), (8, 9)]);
         })
         .join()
         .unwrap();
