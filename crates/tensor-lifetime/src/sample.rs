@@ -115,19 +115,51 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The seed is the program's (set by [`set_sample_seed`]): the configuration keeps it.
 static SEED_SET: AtomicU64 = AtomicU64::new(0);
-/// What every probe reads, side by side (one address to find): the gate ([`gate`]:
-/// [`SCALE`] while no leak test runs, with the [`MIXED`] bit, else 0) and what the
-/// creation serials' draws are shifted by (the seed, mixed; seed 0's at first).
+/// What every probe and iteration end reads, side by side (one address to find): the
+/// gate ([`gate`]: [`SCALE`] while no leak test runs, with the [`MIXED`] bit, else 0),
+/// what the creation serials' draws are shifted by (the seed, mixed; seed 0's at first)
+/// and the quiet frame.
 #[repr(C)]
 struct Gate {
     scale: AtomicU64,
     seed: AtomicU64,
+    /// The loop frame whose iteration ends may be quiet (0: none): the tracker's latest
+    /// full iteration end's, in sampled mode ([`settle_quiet`]). Cleared by a recorded
+    /// probe, the memory monitor turned on, and every write of the gate (a leak test
+    /// starting, the sampling changed). An iteration end reads only this word to know it
+    /// may be quiet; beside the gate, the loop has its address at hand.
+    quiet: AtomicU64,
 }
 
 static GATE: Gate = Gate {
     scale: AtomicU64::new(0),
     seed: AtomicU64::new(0xe220_a839_7b1d_cdaf),
+    quiet: AtomicU64::new(0),
 };
+/// The frame whose iteration ends may be quiet ([`Gate::quiet`]).
+#[inline(always)]
+pub(crate) fn quiet_frame() -> u64 {
+    GATE.quiet.load(Ordering::Relaxed)
+}
+
+/// The next iteration end is a full one (a recorded probe, the memory monitor on, the
+/// gate written).
+#[inline(always)]
+pub(crate) fn end_quiet() {
+    GATE.quiet.store(0, Ordering::SeqCst);
+}
+
+/// After a full iteration end of `frame` in sampled mode: its next ends may be quiet,
+/// unless `changed` says something happened since the end began, or the gate closed
+/// (sequentially consistent with the gate's writes, which clear the frame after: one of
+/// the two sees the other).
+pub(crate) fn settle_quiet(frame: u64, changed: impl FnOnce() -> bool) {
+    GATE.quiet.store(frame, Ordering::SeqCst);
+    if changed() || GATE.scale.load(Ordering::SeqCst) == 0 {
+        end_quiet();
+    }
+}
+
 /// What the gate is written from, under one lock with every write of [`GATE`], so that
 /// the last write agrees with the scale, the sessions and the records.
 static GATE_STATE: Mutex<GateState> = Mutex::new(GateState {
@@ -155,9 +187,10 @@ impl GateState {
         }
     }
 
-    /// Writes the gate at the scale in force.
+    /// Writes the gate at the scale in force; the next iteration ends are full ones.
     fn write(&self) {
-        GATE.scale.store(self.gate(scale()), Ordering::Relaxed);
+        GATE.scale.store(self.gate(scale()), Ordering::SeqCst);
+        end_quiet();
     }
 
     /// The sample changes now: records of the one before may exist if the tracker runs.

@@ -136,8 +136,9 @@ impl Tracker {
         started_ns: u64,
         outermost: bool,
     ) {
-        // The gate is open in sampled mode while no leak test runs (so not in one here).
-        if sample::gate() != 0 && self.quiet_end(frame) {
+        // Quiet ends only in sampled mode while no leak test runs: a frame is settled only
+        // then ([`sample::settle_quiet`]).
+        if self.quiet_end(frame) {
             self.primary.set_iteration(frame, iteration + 1);
             // Written when this thread's loops are next read (a recorded probe, a full end).
             return set_iteration_later(frame, iteration + 1);
@@ -164,11 +165,11 @@ impl Tracker {
     /// Sampled mode: whether this iteration end of `frame` has nothing to do. No probe was
     /// recorded since the latest full end, that end was of the same frame, and it left no
     /// record alive, or left some fewer than [`QUIET_SPAN`] ends ago (a full end settles
-    /// their deaths). Not while the memory monitor samples (it clears `quiet_frame`).
+    /// their deaths). Not while the memory monitor samples (it clears the quiet frame).
     #[inline]
     fn quiet_end(&self, frame: u64) -> bool {
-        // A recorded probe clears `quiet_frame` ([`Tracker::note_sampled_probe`]).
-        if self.quiet_frame.load(Ordering::Relaxed) != frame {
+        // A recorded probe clears it ([`Tracker::note_sampled_probe`]).
+        if sample::quiet_frame() != frame {
             return false;
         }
         let left = self.quiet_left.load(Ordering::Relaxed);
@@ -183,7 +184,6 @@ impl Tracker {
     /// had been recorded and left `live` records: the ends of that frame that may be quiet
     /// after it.
     fn settle_quiet(&self, frame: u64, probes: u64, live: usize) {
-        self.quiet_frame.store(frame, Ordering::SeqCst);
         let live = live as u64;
         let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
         let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
@@ -192,14 +192,14 @@ impl Tracker {
         let left = if live == 0 { u64::MAX } else { span };
         self.quiet_left.store(left, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
-        // A probe recorded on another thread since `probes` was read cleared
-        // `quiet_frame` before the store above, or counts after it: the next end of
-        // `frame` is then a full one. (Sequentially consistent, with the probe's count
-        // and clear, so that one of the two sees the other.)
-        // So does the memory monitor turned on since (it clears `quiet_frame` after).
-        if self.sampled_probes.load(Ordering::SeqCst) != probes || monitor::on() {
-            self.quiet_frame.store(0, Ordering::SeqCst);
-        }
+        // A probe recorded on another thread since `probes` was read cleared the quiet
+        // frame before it is written, or counts after it: the next end of `frame` is then
+        // a full one. (Sequentially consistent, with the probe's count and clear, so that
+        // one of the two sees the other.) So does the memory monitor turned on since (it
+        // clears the frame after), and the gate closed since.
+        sample::settle_quiet(frame, || {
+            self.sampled_probes.load(Ordering::SeqCst) != probes || monitor::on()
+        });
     }
 
     /// The sweep and the judgement of [`Tracker::end_iteration`], with the sampled mode's

@@ -173,17 +173,7 @@ pub fn set_memory_monitor(every: u64) {
     monitor::set_every(every);
     // A sampled run's quiet iteration ends are not counted: the next end is a full one
     // (and `Tracker::settle_quiet` grants none while the monitor is on).
-    if let Some(t) = started() {
-        t.end_quiet();
-    }
-}
-
-/// The tracker if it runs already (none is started here).
-fn started() -> Option<&'static Tracker> {
-    match STATE.get() {
-        Some(TrackerState::On(t)) => Some(t),
-        _ => None,
-    }
+    crate::sample::end_quiet();
 }
 
 /// Why the tracker refused to start, if it did.
@@ -242,12 +232,6 @@ pub(crate) struct Tracker {
     quiet_at: AtomicU64,
     /// Sampled mode: quiet iteration ends left before a full one.
     quiet_left: AtomicU64,
-    /// Sampled mode: the loop frame of the latest full iteration end, 0 once a probe was
-    /// recorded since or while the memory monitor samples. Only its ends may be quiet:
-    /// another frame's end (an enclosing loop's, after its nested loop's) has its own
-    /// iterations to count and its own survivors to judge, a recorded probe is judged at
-    /// the next end, and the monitor counts every end.
-    quiet_frame: AtomicU64,
     /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
     /// records it left alive (the span doubles while neither changes).
     quiet_span: AtomicU64,
@@ -288,7 +272,6 @@ impl Tracker {
             sampled_probes: AtomicU64::new(0),
             quiet_at: AtomicU64::new(NOT_QUIET),
             quiet_left: AtomicU64::new(0),
-            quiet_frame: AtomicU64::new(0),
             quiet_span: AtomicU64::new(0),
             quiet_live: AtomicU64::new(0),
         }
@@ -300,14 +283,7 @@ impl Tracker {
     fn note_sampled_probe(&self) {
         use std::sync::atomic::Ordering::SeqCst;
         self.sampled_probes.fetch_add(1, SeqCst);
-        self.end_quiet();
-    }
-
-    /// The next iteration end is a full one (a recorded probe, the memory monitor on).
-    #[inline(always)]
-    fn end_quiet(&self) {
-        self.quiet_frame
-            .store(0, std::sync::atomic::Ordering::SeqCst);
+        crate::sample::end_quiet();
     }
 
     #[inline]
