@@ -26,7 +26,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tensor_lifetime_report::event::SiteSweep;
 use tensor_lifetime_report::size::parse_size;
@@ -136,6 +136,7 @@ static GATE: Gate = Gate {
     seed: AtomicU64::new(0xe220_a839_7b1d_cdaf),
     quiet: AtomicU64::new(0),
 };
+
 /// The frame whose iteration ends may be quiet ([`Gate::quiet`]).
 #[inline(always)]
 pub(crate) fn quiet_frame() -> u64 {
@@ -160,6 +161,16 @@ pub(crate) fn settle_quiet(frame: u64, changed: impl FnOnce() -> bool) {
     }
 }
 
+/// Threads in a leak-test session now (written under [`GATE_STATE`]'s lock): while there
+/// is none, the tracker asks no thread whether it runs one.
+static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any thread runs a leak test now.
+#[inline(always)]
+pub(crate) fn sessions_running() -> bool {
+    SESSIONS.load(Ordering::Relaxed) != 0
+}
+
 /// What the gate is written from, under one lock with every write of [`GATE`], so that
 /// the last write agrees with the scale, the sessions and the records.
 static GATE_STATE: Mutex<GateState> = Mutex::new(GateState {
@@ -168,7 +179,7 @@ static GATE_STATE: Mutex<GateState> = Mutex::new(GateState {
 });
 
 struct GateState {
-    /// Threads in a leak-test session.
+    /// Threads in a leak-test session ([`SESSIONS`] follows it).
     sessions: usize,
     /// Records made outside the sample in force may exist (sticky): a leak test ran (its
     /// thread records every tensor), or the interval or the seed changed after the
@@ -230,6 +241,7 @@ pub fn set_sampling(sampling: Sampling) {
 pub(crate) fn session_entered(change: isize) {
     let mut state = gate_state();
     state.sessions = state.sessions.saturating_add_signed(change);
+    SESSIONS.store(state.sessions, Ordering::Relaxed);
     state.mixed = true;
     state.write();
 }

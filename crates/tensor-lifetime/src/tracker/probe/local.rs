@@ -5,7 +5,7 @@
 use super::{Logged, Pending, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A loop open on this thread.
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +91,6 @@ thread_local! {
     };
 }
 
-/// Threads in a leak-test session now: while there is none, a probe that the sampled
-/// mode leaves out reads no thread-local state.
-static SESSIONS: AtomicUsize = AtomicUsize::new(0);
-
 /// Sets this thread's session (leak tests); returns the previous one.
 pub(crate) fn set_session(session: SessionMark) -> SessionMark {
     let previous = LOCAL
@@ -102,11 +98,9 @@ pub(crate) fn set_session(session: SessionMark) -> SessionMark {
         .unwrap_or_default();
     match (previous.session != 0, session.session != 0) {
         (false, true) => {
-            SESSIONS.fetch_add(1, Ordering::Relaxed);
             crate::sample::session_entered(1);
         }
         (true, false) => {
-            SESSIONS.fetch_sub(1, Ordering::Relaxed);
             crate::sample::session_entered(-1);
         }
         _ => {}
@@ -117,7 +111,7 @@ pub(crate) fn set_session(session: SessionMark) -> SessionMark {
 /// Whether this thread runs a leak test (its probes are exact in sampled mode).
 #[inline(always)]
 pub(in crate::tracker) fn in_session() -> bool {
-    SESSIONS.load(Ordering::Relaxed) != 0
+    crate::sample::sessions_running()
         && LOCAL
             .try_with(|l| {
                 let mark = l.session.get();
