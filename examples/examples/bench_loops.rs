@@ -6,6 +6,7 @@
 //! bench_loops run rollout <plain|tracked> --steps N [--device cpu|cuda] [--warmup E] [--epochs E]
 //! bench_loops memory [--records N] [--iterations N]
 //! bench_loops interleave [--device cpu|cuda] [--rounds R] [--small-steps N] [--mlp-steps N]
+//!                         [--rollout N[,N...]] [--rollout-epochs E]
 //! ```
 //!
 //! `interleave` alternates blocks of untracked and tracked steps (A B B A A B ...) in one
@@ -13,7 +14,9 @@
 //! state), at the price of not covering dhat. Run with `TENSOR_LIFETIME=off` it compares
 //! untracked code with tracked code whose tracking is off. Besides the ratio of the pooled
 //! medians it prints the median of the per-round ratios (each round's tracked block
-//! against its untracked block), which a drift of the machine moves less.
+//! against its untracked block), which a drift of the machine moves less. `--rollout
+//! 1000,10000` adds the rollout loop at those inner step counts after the small loop and
+//! the MLP: each block is `--rollout-epochs` epochs (default 1), one epoch a step.
 //!
 //! `compare` runs the variants as paired processes, interleaved round by round
 //! (untracked, tracked, off, dhat, untracked, ...), and prints the medians and ratios:
@@ -218,19 +221,36 @@ fn interleave(args: &[String]) -> Result<()> {
         arg(args, "--device", "cpu".to_string())
     );
     println!(
-        "{:<8} {:<10} {:>14} {:>13}",
+        "{:<14} {:<10} {:>14} {:>13}",
         "loop", "variant", "median/step", "vs untracked"
     );
-    for (name, workload, steps) in [
+    let mut loops = vec![
         (
-            "small",
+            "small".to_string(),
             Workload::Small,
             arg(args, "--small-steps", 10usize),
+            5,
         ),
-        ("mlp", Workload::Mlp, arg(args, "--mlp-steps", 40usize)),
-    ] {
+        (
+            "mlp".to_string(),
+            Workload::Mlp,
+            arg(args, "--mlp-steps", 40usize),
+            5,
+        ),
+    ];
+    let epochs = arg(args, "--rollout-epochs", 1usize);
+    for n in arg(args, "--rollout", String::new())
+        .split(',')
+        .filter(|n| !n.is_empty())
+    {
+        let n: usize = n.parse().unwrap_or_else(|_| {
+            panic!("--rollout {n}: expected inner step counts, e.g. 1000,10000")
+        });
+        loops.push((format!("rollout-{n}"), Workload::Rollout(n), epochs, 1));
+    }
+    for (name, workload, steps, warmup) in loops {
         let (mut plain, mut tracked) =
-            bench::interleaved(workload, &device, 5, steps, rounds, bench::Only::Both)?;
+            bench::interleaved(workload, &device, warmup, steps, rounds, bench::Only::Both)?;
         // Each round's tracked block against its untracked block, right before or after
         // it: a drift of the machine during the run (clock, another process) moves both
         // alike.
@@ -245,14 +265,14 @@ fn interleave(args: &[String]) -> Result<()> {
         let p = bench::median(&mut plain) as f64;
         let t = bench::median(&mut tracked) as f64;
         println!(
-            "{:<8} {:<10} {:>11.3} ms {:>13.3}",
+            "{:<14} {:<10} {:>11.3} ms {:>13.3}",
             name,
             "untracked",
             p / 1e6,
             1.0
         );
         println!(
-            "{:<8} {:<10} {:>11.3} ms {:>13.3}",
+            "{:<14} {:<10} {:>11.3} ms {:>13.3}",
             name,
             "tracked",
             t / 1e6,
@@ -261,7 +281,7 @@ fn interleave(args: &[String]) -> Result<()> {
         if let (Some(lo), Some(hi)) = (paired.first(), paired.last()) {
             let mid = paired[paired.len() / 2];
             println!(
-                "{:<8} {:<10} {:>14} {:>13.3}   (per-round ratios {lo:.3}..{hi:.3})",
+                "{:<14} {:<10} {:>14} {:>13.3}   (per-round ratios {lo:.3}..{hi:.3})",
                 name, "paired", "median ratio", mid
             );
         }
