@@ -1,8 +1,8 @@
 //! The tracker's own memory, measured with the counting global allocator of the test
 //! support crate (`bench_loops memory`, `tests/tests/tracker/memory.rs`): install it in a
 //! binary with `#[global_allocator] static ALLOC: CountingAlloc = CountingAlloc;` and read
-//! [`live_bytes`], or the two measurements both use: [`record_bytes`] and
-//! [`tracked_loop_heap`].
+//! [`live_bytes`], or the measurements both use: [`record_bytes`], [`tracked_loop_heap`]
+//! and [`nested_loop_heap`].
 
 pub use tensor_lifetime_test_support::alloc::{live_bytes, CountingAlloc};
 
@@ -44,5 +44,29 @@ pub fn tracked_loop_heap(iterations: usize) -> candle_core::Result<Vec<(usize, i
         }
     }
     drop(acc);
+    Ok(samples)
+}
+
+/// The heap at every tenth of `runs` iterations of a tracked loop that runs a nested
+/// tracked loop of 4 steps in each (a request loop decoding a few tokens per request: a
+/// loop opened and closed `runs` times): (runs done, live bytes).
+#[tensor_lifetime::track]
+pub fn nested_loop_heap(runs: usize) -> candle_core::Result<Vec<(usize, isize)>> {
+    use candle_core::{DType, Device, Tensor};
+    let device = Device::Cpu;
+    let every = (runs / 10).max(1);
+    let mut samples = Vec::with_capacity(16);
+    for request in 0..runs {
+        let prompt = Tensor::ones(8, DType::F32, &device)?;
+        let mut context = prompt.clone();
+        for _ in 0..4 {
+            let token = (&context * 0.5)?;
+            context = token.tanh()?;
+        }
+        drop(context);
+        if (request + 1) % every == 0 {
+            samples.push((request + 1, live_bytes()));
+        }
+    }
     Ok(samples)
 }

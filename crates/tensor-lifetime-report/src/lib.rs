@@ -58,6 +58,6 @@ pub use event::{Event, ReadError, SiteKind};
 pub use memory_findings::{MemoryFindings, MemoryJudgement};
 pub use model::{post_mortem, roles};
 pub use post_mortem::PostMortem;
-pub use report::{Finding, FindingKind, Report};
+pub use report::{Finding, FindingKey, FindingKind, Report};
 pub use roles::{CallFrame, MemoryByRole, Role, RoleBytes, RoleHistory, RoleSplit};
 pub use timeline::{Timeline, TimelineBuilder};

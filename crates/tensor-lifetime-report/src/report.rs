@@ -39,6 +39,17 @@ pub enum FindingKind {
 }
 
 impl FindingKind {
+    /// Whether a finding of this kind is a leak: always for a leak or a growing tensor, for
+    /// a graph or view retention when it keeps `growing`.
+    pub fn is_leak(self, growing: bool) -> bool {
+        matches!(self, FindingKind::Leak | FindingKind::GrowingTensor)
+            || (growing
+                && matches!(
+                    self,
+                    FindingKind::GraphRetention | FindingKind::ViewRetention
+                ))
+    }
+
     /// The name used in JSON.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -155,6 +166,46 @@ pub struct Finding {
     pub forecast: Option<Forecast>,
 }
 
+/// A finding's identity among the reports of one run: where it is, its kind and whether
+/// it is a leak; the rest of it (counts, bytes, holders) changes from report to report.
+/// [`Analysis::finding_keys`](crate::Analysis::finding_keys) gives those of a report
+/// without building it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FindingKey {
+    place: FindingPlace,
+    kind: FindingKind,
+    leak: bool,
+}
+
+/// Where a finding is: the site of a tensor finding (its id in the run), or the file and
+/// line of any other (a device's untracked growth names the device).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum FindingPlace {
+    Site(u32),
+    At(String, u32),
+}
+
+impl FindingKey {
+    /// The key of a finding of `kind` at site `site` (its id in the run's catalog).
+    pub(crate) fn at_site(site: u32, kind: FindingKind, growing: bool) -> FindingKey {
+        FindingKey {
+            place: FindingPlace::Site(site),
+            kind,
+            leak: kind.is_leak(growing),
+        }
+    }
+
+    /// Whether the finding is a leak ([`Finding::is_leak`]).
+    pub fn is_leak(&self) -> bool {
+        self.leak
+    }
+
+    /// The finding's kind.
+    pub fn kind(&self) -> FindingKind {
+        self.kind
+    }
+}
+
 impl Finding {
     /// A finding of `kind` at `site` with every count zero and no holders: the base
     /// that judgements fill in (`Finding { bytes, hint, ..Finding::at(kind, site) }`).
@@ -196,12 +247,17 @@ impl Finding {
 
     /// A leak, or a graph or view retention that keeps growing.
     pub fn is_leak(&self) -> bool {
-        matches!(self.kind, FindingKind::Leak | FindingKind::GrowingTensor)
-            || (self.growing
-                && matches!(
-                    self.kind,
-                    FindingKind::GraphRetention | FindingKind::ViewRetention
-                ))
+        self.kind.is_leak(self.growing)
+    }
+
+    /// What tells this finding from the other findings of its report's run
+    /// ([`FindingKey`]).
+    pub fn key(&self) -> FindingKey {
+        FindingKey {
+            place: FindingPlace::At(self.site.file.clone(), self.site.line),
+            kind: self.kind,
+            leak: self.is_leak(),
+        }
     }
 }
 

@@ -361,3 +361,53 @@ mod loops {
         assert_eq!(summaries(&a.report()), [(1, 3, 0), (3, 12, 0)]);
     }
 }
+
+/// What an automatic report compares: the findings' keys, taken without building the
+/// report, name the report's findings (their kinds and leaks) at every iteration end of a
+/// run whose findings come and go, and change exactly when the report's findings do.
+#[test]
+fn finding_keys_follow_the_reports_findings_through_a_run() {
+    use tensor_lifetime_report::FindingKind;
+    let ident = |r: &Report| {
+        let mut v: Vec<(String, u32, FindingKind, bool)> = (r.findings.iter())
+            .map(|f| (f.site.file.clone(), f.site.line, f.kind, f.is_leak()))
+            .collect();
+        v.sort();
+        v
+    };
+    let kinds = |mut v: Vec<(FindingKind, bool)>| {
+        v.sort();
+        v
+    };
+    for cfg in [SynthLoop::leaky(5, 6), SynthLoop::clean(5, 6)] {
+        let mut a = Analysis::default();
+        let (mut ends, mut changes) = (0, 0);
+        let mut last = (Vec::new(), Vec::new());
+        synth::generate(&cfg, |e| {
+            let end = matches!(e, Event::IterationEnd { .. });
+            a.apply(&e);
+            if !end {
+                return;
+            }
+            ends += 1;
+            let (keys, report) = (a.finding_keys(), a.report());
+            let of_keys: Vec<_> = keys.iter().map(|k| (k.kind(), k.is_leak())).collect();
+            let of_report = report
+                .findings
+                .iter()
+                .map(|f| (f.kind, f.is_leak()))
+                .collect();
+            assert_eq!(kinds(of_keys), kinds(of_report), "iteration end {ends}");
+            let now = (keys, ident(&report));
+            assert_eq!(
+                now.0 != last.0,
+                now.1 != last.1,
+                "iteration end {ends}: {now:?}"
+            );
+            changes += usize::from(now.0 != last.0);
+            last = now;
+        });
+        assert!(ends > 20, "{ends}");
+        assert!(changes >= 1, "the findings appeared: {changes}");
+    }
+}

@@ -105,18 +105,16 @@ const UNSET: u64 = u64::MAX;
 
 /// The interval in bytes (0: exact; [`UNSET`]: not decided yet).
 static INTERVAL: AtomicU64 = AtomicU64::new(UNSET);
-/// `u64::MAX / interval`, even (its low bit is the gate's [`MIXED`] bit): a tensor of `s`
-/// bytes is a candidate when its hash is below `s * SCALE` (0: exact, nothing is skipped).
+/// `u64::MAX / interval`: a tensor of `s` bytes is a candidate when its hash is below
+/// `s * SCALE` (0: exact, nothing is skipped).
 static SCALE: AtomicU64 = AtomicU64::new(0);
-/// The gate's low bit: records made outside this sample may exist (see [`gate`]).
-const MIXED: u64 = 1;
 /// The tracker started ([`configure`]): records may exist from then on.
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The seed is the program's (set by [`set_sample_seed`]): the configuration keeps it.
 static SEED_SET: AtomicU64 = AtomicU64::new(0);
 /// What every probe and iteration end reads, side by side (one address to find): the
-/// gate ([`gate`]: [`SCALE`] while no leak test runs, with the [`MIXED`] bit, else 0),
+/// gate ([`gate`]: [`SCALE`] while every record is the sample's, else 0),
 /// what the creation serials' draws are shifted by (the seed, mixed; seed 0's at first)
 /// and the quiet frame.
 #[repr(C)]
@@ -156,7 +154,7 @@ pub(crate) fn end_quiet() {
 /// the two sees the other).
 pub(crate) fn settle_quiet(frame: u64, changed: impl FnOnce() -> bool) {
     GATE.quiet.store(frame, Ordering::SeqCst);
-    if changed() || GATE.scale.load(Ordering::SeqCst) == 0 {
+    if changed() || SCALE.load(Ordering::SeqCst) == 0 || SESSIONS.load(Ordering::SeqCst) != 0 {
         end_quiet();
     }
 }
@@ -191,9 +189,7 @@ impl GateState {
     /// The gate at `scale` (see [`gate`]).
     fn gate(&self, scale: u64) -> u64 {
         match scale {
-            0 => 0,
-            _ if self.sessions > 0 => 0,
-            scale if self.mixed => scale | MIXED,
+            _ if self.sessions > 0 || self.mixed => 0,
             scale => scale,
         }
     }
@@ -225,12 +221,12 @@ pub fn set_sampling(sampling: Sampling) {
         Sampling::Interval(bytes) => bytes.max(1),
     };
     let mut state = gate_state();
-    SCALE.store(0, Ordering::Relaxed);
+    SCALE.store(0, Ordering::SeqCst);
     GATE.scale.store(0, Ordering::Relaxed);
     INTERVAL.store(interval, Ordering::Relaxed);
     if let Some(scale) = u64::MAX.checked_div(interval) {
-        // Even, and at least 2 (an interval above 2^62 bytes samples as 2^62).
-        SCALE.store((scale & !MIXED).max(2), Ordering::Relaxed);
+        // At least 1 (an interval above 2^63 bytes samples as 2^63).
+        SCALE.store(scale.max(1), Ordering::SeqCst);
     }
     state.note_change();
     state.write();
@@ -241,19 +237,18 @@ pub fn set_sampling(sampling: Sampling) {
 pub(crate) fn session_entered(change: isize) {
     let mut state = gate_state();
     state.sessions = state.sessions.saturating_add_signed(change);
-    SESSIONS.store(state.sessions, Ordering::Relaxed);
+    SESSIONS.store(state.sessions, Ordering::SeqCst);
     state.mixed = true;
     state.write();
 }
 
-/// The probes' gate: the sampled mode's scale while no thread runs a leak test, else 0;
-/// its low bit ([`MIXED`]) set once records made outside the sample may exist. Every
-/// probe of a tensor reads it first: a tensor the sample leaves out ([`skips`]: the bit
-/// only widens the bound by one part in 2^44 of the interval, so what the gate skips the
-/// full path skips too) and that has no record (known from the bit, else from the weak
-/// count) costs that test and no more. While a leak test
-/// runs (its thread records every tensor) every probe takes the full path, which asks
-/// its own thread.
+/// The probes' gate: the sampled mode's scale while every record is the sample's, else 0:
+/// while a leak test runs (its thread records every tensor), and for good once records
+/// made outside the sample may exist (a leak test ran, or the sample changed while the
+/// tracker ran). Every probe of a tensor reads it first: a tensor the sample leaves out
+/// ([`skips`]) costs that test and no more, for it has no record. A closed gate sends
+/// every probe to the full path, which asks its own thread whether it runs a leak test
+/// and the tensor whether it has a record (its weak count).
 #[inline(always)]
 pub(crate) fn gate() -> u64 {
     GATE.scale.load(Ordering::Relaxed)
@@ -289,13 +284,6 @@ pub(crate) fn configure(sampling: Sampling, seed: Option<u64>) {
         }
     }
     STARTED.store(true, Ordering::Relaxed);
-}
-
-/// Whether a probe that the gate's sample skips must still read the tensor's weak count
-/// (see [`gate`]).
-#[inline(always)]
-pub(crate) fn gate_mixed(gate: u64) -> bool {
-    gate & MIXED != 0
 }
 
 /// Whether the tracker samples now.
@@ -459,39 +447,21 @@ mod tests {
         }
     }
 
-    /// The gate is closed while a leak test runs, the scale itself while every record is
-    /// the sample's, and the scale with its low bit once records outside it may exist;
-    /// the scale is even whatever the interval, so the bit widens the bound only.
+    /// The gate is the scale while every record is the sample's, and closed (0) while a
+    /// leak test runs and once records outside the sample may exist.
     #[test]
-    fn the_gate_says_whether_records_outside_the_sample_may_exist() {
-        let scale = (u64::MAX / (512 * 1024)) & !MIXED;
+    fn the_gate_closes_when_records_outside_the_sample_may_exist() {
+        let scale = u64::MAX / (512 * 1024);
         let pure = GateState {
             sessions: 0,
             mixed: false,
         };
         assert_eq!(pure.gate(scale), scale);
-        assert!(!gate_mixed(pure.gate(scale)));
         assert_eq!(pure.gate(0), 0, "exact: no gate");
-        let mixed = GateState {
-            sessions: 0,
-            mixed: true,
-        };
-        assert_eq!(mixed.gate(scale), scale + 1);
-        assert!(gate_mixed(mixed.gate(scale)));
-        let in_test = GateState {
-            sessions: 1,
-            mixed: true,
-        };
-        assert_eq!(in_test.gate(scale), 0);
-        // Skipped through the gate is skipped by the full path's scale too.
-        let bytes = 256 * 1024;
-        let skipped = (0..10_000u64)
-            .filter(|serial| skips(scale | MIXED, *serial, bytes))
-            .inspect(|serial| assert!(skips(scale, *serial, bytes), "serial {serial}"))
-            .count();
-        // The quick bound alone skips half of them (the exact test reads the process's
-        // interval, which other tests set): the loop is not empty.
-        assert!(skipped >= 4_000, "{skipped}");
+        for (sessions, mixed) in [(0, true), (1, false), (1, true)] {
+            let state = GateState { sessions, mixed };
+            assert_eq!(state.gate(scale), 0, "sessions {sessions}, mixed {mixed}");
+        }
     }
 
     #[test]

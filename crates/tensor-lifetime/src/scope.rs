@@ -40,8 +40,13 @@ use std::task::{Context, Poll};
 struct Frame {
     inner: Option<(&'static Tracker, u64, bool)>,
     next: AtomicU64,
+    /// The iterations ended, [`NONE_ENDED`] before the first end.
     ended: AtomicU64,
 }
+
+/// [`Frame::ended`] before any iteration ended: the first iteration is not the one that
+/// follows an end.
+const NONE_ENDED: u64 = u64::MAX;
 
 impl Frame {
     fn enter(site: &'static Site) -> Frame {
@@ -52,7 +57,7 @@ impl Frame {
         Frame {
             inner,
             next: AtomicU64::new(0),
-            ended: AtomicU64::new(0),
+            ended: AtomicU64::new(NONE_ENDED),
         }
     }
 
@@ -62,9 +67,7 @@ impl Frame {
         self.next.store(index + 1, Ordering::Relaxed);
         let started_ns = match self.inner {
             // The end of the previous iteration moved this frame to this one already.
-            Some((t, _, _)) if index > 0 && self.ended.load(Ordering::Relaxed) == index => {
-                t.stamp()
-            }
+            Some((t, _, _)) if self.ended.load(Ordering::Relaxed) == index => t.stamp(),
             Some((t, frame, _)) => t.begin_iteration(frame, index),
             None => 0,
         };

@@ -131,9 +131,18 @@ pub(crate) fn serial(tensor: &Tensor) -> u64 {
 }
 
 /// A serial no tensor created before this call has: tensors with a smaller serial existed
-/// already (the creation watermark of a loop).
+/// already (the creation watermark of a loop). candle hands out serials only to new
+/// tensors: the cheapest is a view of a scalar this thread keeps (no storage to allocate).
 pub(crate) fn serial_watermark() -> u64 {
-    Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).map_or(0, |t| serial(&t))
+    thread_local! {
+        static SCALAR: Option<Tensor> = Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).ok();
+    }
+    SCALAR
+        .try_with(|s| s.as_ref().and_then(|s| s.reshape(()).ok()))
+        .ok()
+        .flatten()
+        .or_else(|| Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).ok())
+        .map_or(0, |t| serial(&t))
 }
 
 fn from_arc(arc: Arc<Inner>) -> Tensor {
@@ -238,6 +247,26 @@ mod tests {
         assert!(
             err.contains(&format!("candle-core {}", crate::compat::BUILT_WITH)),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn the_watermark_is_above_every_tensor_made_before_and_not_above_those_after() {
+        let before = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu).unwrap();
+        let first = serial_watermark();
+        let second = serial_watermark();
+        let after = Tensor::zeros(3, candle_core::DType::F32, &Device::Cpu).unwrap();
+        assert!(serial(&before) < first, "{} < {first}", serial(&before));
+        assert!(
+            first < second,
+            "each call is a new watermark: {first} < {second}"
+        );
+        assert!(second <= serial(&after), "{second} <= {}", serial(&after));
+        // Another thread keeps its own scalar, and its watermarks are as good.
+        let other = std::thread::spawn(serial_watermark).join().unwrap();
+        assert!(
+            other > second
+                && other < serial(&Tensor::ones(1, candle_core::DType::U8, &Device::Cpu).unwrap())
         );
     }
 

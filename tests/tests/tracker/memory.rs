@@ -1,10 +1,12 @@
 //! The tracker's own memory, counted by the allocator (deterministic, not timed): at most
-//! 128 bytes per live record, and flat over a long tracked loop (dead records fold into
-//! per-site counters; the working buffers of drains and sweeps are given back when large).
+//! 128 bytes per live record, flat over a long tracked loop (dead records fold into
+//! per-site counters; the working buffers of drains and sweeps are given back when large),
+//! and flat over many runs of a nested loop (what a loop's run leaves behind is bounded by
+//! its sites, not by how often it ran).
 //! The heap count is process-wide: the test runs alone in its process.
 
 use candle_core::Result;
-use tensor_lifetime_examples::heap::{record_bytes, tracked_loop_heap};
+use tensor_lifetime_examples::heap::{nested_loop_heap, record_bytes, tracked_loop_heap};
 
 #[test]
 fn tracker_memory_per_record_and_over_a_long_loop() -> Result<()> {
@@ -30,14 +32,25 @@ fn tracker_memory_per_record_and_over_a_long_loop() -> Result<()> {
     // Flat: the heap at each tenth of a 20 000-iteration tracked loop varies by less than
     // 4 KiB (one record or buffer per iteration kept would add hundreds of KiB).
     let samples = tracked_loop_heap(20_000)?;
-    let (min, max) = (
-        samples.iter().map(|s| s.1).min().unwrap_or(0),
-        samples.iter().map(|s| s.1).max().unwrap_or(0),
-    );
+    let moved = spread(&samples);
     assert!(
-        max - min < 4096,
-        "heap moved by {} bytes over the loop: {samples:?}",
-        max - min
+        moved < 4096,
+        "heap moved by {moved} bytes over the loop: {samples:?}"
+    );
+
+    // Flat over 20 000 runs of a nested loop: a few bytes kept per run (a frame's entry
+    // in a map never emptied) would add hundreds of KiB.
+    let samples = nested_loop_heap(20_000)?;
+    let moved = spread(&samples);
+    assert!(
+        moved < 4096,
+        "heap moved by {moved} bytes over the runs of the nested loop: {samples:?}"
     );
     Ok(())
+}
+
+/// How far the heap moved between its samples.
+fn spread(samples: &[(usize, isize)]) -> isize {
+    let heap = || samples.iter().map(|s| s.1);
+    heap().max().unwrap_or(0) - heap().min().unwrap_or(0)
 }

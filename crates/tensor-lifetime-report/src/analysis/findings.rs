@@ -5,12 +5,15 @@
 use super::catalog::Catalog;
 use super::verdict::{classify, Bound, Verdict};
 use crate::model::{HolderRef, HolderSpec, SiteKind, SiteNote, SiteRef, SiteSweep};
-use crate::report::{Finding, FindingKind};
+use crate::report::{Finding, FindingKey, FindingKind};
 use std::collections::BTreeMap;
 
 /// The findings of `candidates` (verdicts by site), one per site, their sites and call
 /// paths named by `catalog`; not sorted ([`sort_findings`]).
-pub(super) fn findings(catalog: &Catalog, candidates: Vec<(u32, Verdict)>) -> Vec<Finding> {
+pub(super) fn findings<'v>(
+    catalog: &Catalog,
+    candidates: impl IntoIterator<Item = (u32, Verdict<'v>)>,
+) -> Vec<Finding> {
     Assembly { catalog }.findings(candidates)
 }
 
@@ -19,11 +22,40 @@ struct Assembly<'a> {
     catalog: &'a Catalog,
 }
 
+/// The keys of the findings of `candidates` ([`FindingKey`]): [`findings`] without
+/// assembling them.
+pub(super) fn keys<'v>(
+    catalog: &Catalog,
+    candidates: impl IntoIterator<Item = (u32, Verdict<'v>)>,
+) -> Vec<FindingKey> {
+    let assembly = Assembly { catalog };
+    let (best, _) = assembly.decide(candidates, None);
+    best.into_iter()
+        .map(|(site, (kind, verdict, _))| FindingKey::at_site(site, kind, verdict.growing))
+        .collect()
+}
+
 impl Assembly<'_> {
-    fn findings(&self, candidates: Vec<(u32, Verdict)>) -> Vec<Finding> {
-        let (mut best, paths) = self.best_verdicts(candidates);
+    /// Which sites make findings, of what kind: the best verdict of each site, bounded
+    /// by the graph where its root is, without the leaks folded into a graph retention
+    /// (by root); and, into `paths` when given, every candidate's call paths by site.
+    fn decide<'v>(
+        &self,
+        candidates: impl IntoIterator<Item = (u32, Verdict<'v>)>,
+        paths: Option<&mut Paths>,
+    ) -> (Best<'v>, Paths) {
+        let mut best = self.best_verdicts(candidates, paths);
         bound_by_graph(&mut best);
         let held = fold_graph_held(&mut best);
+        (best, held)
+    }
+
+    fn findings<'v>(
+        &self,
+        candidates: impl IntoIterator<Item = (u32, Verdict<'v>)>,
+    ) -> Vec<Finding> {
+        let mut paths = Paths::new();
+        let (best, held) = self.decide(candidates, Some(&mut paths));
         best.into_iter()
             .map(|(site, (kind, verdict, bound))| {
                 let held_sites = held
@@ -48,9 +80,14 @@ impl Assembly<'_> {
     }
 
     /// One verdict per site, with its kind and its bound: the most serious kind, then the
-    /// outermost loop. Also the call paths of every candidate of each site.
-    fn best_verdicts(&self, candidates: Vec<(u32, Verdict)>) -> (Best, BTreeMap<u32, Vec<u32>>) {
-        let rank = |k: FindingKind, v: &Verdict| {
+    /// outermost loop. Also, into `paths` when given, the call paths of every candidate of
+    /// each site.
+    fn best_verdicts<'v>(
+        &self,
+        candidates: impl IntoIterator<Item = (u32, Verdict<'v>)>,
+        mut paths: Option<&mut Paths>,
+    ) -> Best<'v> {
+        let rank = |k: FindingKind, v: &Verdict<'_>| {
             (
                 !(v.growing || k == FindingKind::Leak || k == FindingKind::GrowingTensor),
                 k.severity_rank(),
@@ -59,9 +96,11 @@ impl Assembly<'_> {
             )
         };
         let mut best = Best::new();
-        let mut paths: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (site, mut verdict) in candidates {
-            if !verdict.series.last.call_paths.is_empty() {
+            if let Some(paths) = paths
+                .as_deref_mut()
+                .filter(|_| !verdict.series.last.call_paths.is_empty())
+            {
                 let known = paths.entry(site).or_default();
                 for id in &verdict.series.last.call_paths {
                     if !known.contains(id) {
@@ -85,13 +124,13 @@ impl Assembly<'_> {
                 best.insert(site, (kind, verdict, bound));
             }
         }
-        (best, paths)
+        best
     }
 
     /// Whether a verdict's survivors are bounded: their main holder is a store into a
     /// container the code trims, or they are a construction loop's product (and not held
     /// by a store into something else).
-    fn bound(&self, v: &Verdict) -> Option<Bound> {
+    fn bound(&self, v: &Verdict<'_>) -> Option<Bound> {
         let top = v.series.last.holders.first().map(|h| h.holder);
         let store = match top {
             Some(HolderSpec::Store { site }) => self.catalog.site(site),
@@ -111,7 +150,7 @@ impl Assembly<'_> {
         match store {
             Some(info) if info.label != *holder => None,
             _ => Some(Bound::Product {
-                holder: holder.clone(),
+                holder: holder.to_string(),
             }),
         }
     }
@@ -140,7 +179,7 @@ impl Assembly<'_> {
         &self,
         site: u32,
         kind: FindingKind,
-        v: &Verdict,
+        v: &Verdict<'_>,
         held_sites: Vec<SiteRef>,
         bound: Option<&Bound>,
     ) -> Finding {
@@ -167,7 +206,7 @@ impl Assembly<'_> {
             kind,
             growing: v.growing,
             site: self.catalog.site_ref(site),
-            loop_name: v.loop_name.clone(),
+            loop_name: v.loop_name.to_string(),
             loop_site: Some(self.catalog.site_ref(v.loop_site)),
             iteration: v.iteration,
             survivors: last.survivors,
@@ -215,7 +254,10 @@ impl Assembly<'_> {
 }
 
 /// The best verdict of each site: its finding's kind, the verdict, and what bounds it.
-type Best = BTreeMap<u32, (FindingKind, Verdict, Option<Bound>)>;
+type Best<'a> = BTreeMap<u32, (FindingKind, Verdict<'a>, Option<Bound>)>;
+
+/// Sites (or call paths) by site.
+type Paths = BTreeMap<u32, Vec<u32>>;
 
 /// Growth held by the graph of a bounded site is bounded with it (the inputs of a capped
 /// optimizer history's differences).
@@ -244,13 +286,13 @@ fn bound_by_graph(best: &mut Best) {
 
 /// Leaks held only by the graph of a reported graph retention fold into it: they leave
 /// `best`, and the result lists them by the graph's site.
-fn fold_graph_held(best: &mut Best) -> BTreeMap<u32, Vec<u32>> {
+fn fold_graph_held(best: &mut Best) -> Paths {
     let roots: Vec<u32> = best
         .iter()
         .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
         .map(|(s, _)| *s)
         .collect();
-    let mut held: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut held = Paths::new();
     best.retain(|site, (kind, verdict, _)| {
         if *kind == FindingKind::GraphRetention || verdict.series.last.holders.is_empty() {
             return true;

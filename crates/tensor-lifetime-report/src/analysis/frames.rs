@@ -8,6 +8,7 @@ use super::verdict::{classify, Verdict};
 use crate::fast_hash::HashMap;
 use crate::model::{SiteNote, SiteSweep};
 use crate::report::LoopSummary;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The open frames, the verdicts of ended ones, and every loop's summary.
@@ -18,7 +19,7 @@ pub(super) struct Frames {
     open: HashMap<u64, Frame>,
     loops: BTreeMap<u32, LoopSummary>,
     /// Confirmed verdicts of ended frames, by (session, loop site, tensor site).
-    confirmed: BTreeMap<(u64, u32, u32), Verdict>,
+    confirmed: BTreeMap<(u64, u32, u32), Verdict<'static>>,
 }
 
 /// One run of a loop, open.
@@ -36,10 +37,10 @@ struct Frame {
     uncounted: u64,
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
-    pending: Vec<(u32, Verdict)>,
+    pending: Vec<(u32, Verdict<'static>)>,
     /// An outermost frame's nested growth that outlived a warm-up iteration's end:
     /// confirmed at its close if it never leaves the warm-up (see [`Frames::end`]).
-    warmup_growth: Vec<(u32, Verdict)>,
+    warmup_growth: Vec<(u32, Verdict<'static>)>,
     /// The local this frame's loop builds (`Ok(heads)`), when it is not nested in a loop
     /// that builds nothing (see the module docs of `analysis`).
     product: Option<String>,
@@ -47,7 +48,28 @@ struct Frame {
 
 impl Frame {
     /// The verdict of `site`'s `series` in this frame at its latest iteration end.
-    fn verdict(&self, series: Series, running: bool) -> Verdict {
+    /// The verdict of `series` in this frame, which keeps it (the frame ended).
+    fn verdict(&self, series: Series, running: bool) -> Verdict<'static> {
+        let v = self.lent_verdict(&series, running);
+        let (growing, by_bytes) = (v.growing, v.by_bytes);
+        Verdict {
+            judgement: self.judgement,
+            session: self.session,
+            loop_site: self.site,
+            loop_name: Cow::Owned(self.name.clone()),
+            depth: self.depth,
+            iteration: v.iteration,
+            running,
+            growing,
+            by_bytes,
+            series: Cow::Owned(series),
+            product: self.product.clone().map(Cow::Owned),
+            single_epoch: false,
+        }
+    }
+
+    /// The verdict of `series` (one of this frame's) as this frame stands, borrowing.
+    fn lent_verdict<'a>(&'a self, series: &'a Series, running: bool) -> Verdict<'a> {
         let iteration = self.iterations.saturating_sub(1);
         let by_count = series.growing(iteration, &self.judgement);
         let by_bytes = !by_count && series.growing_bytes(iteration, &self.judgement);
@@ -55,14 +77,14 @@ impl Frame {
             judgement: self.judgement,
             session: self.session,
             loop_site: self.site,
-            loop_name: self.name.clone(),
+            loop_name: Cow::Borrowed(&self.name),
             depth: self.depth,
             iteration,
             running,
             growing: by_count || by_bytes,
             by_bytes,
-            series,
-            product: self.product.clone(),
+            series: Cow::Borrowed(series),
+            product: self.product.as_deref().map(Cow::Borrowed),
             single_epoch: false,
         }
     }
@@ -264,21 +286,21 @@ impl Frames {
 
     /// The verdicts of `session` (or all) by site: the open frames' first, then the
     /// confirmed ones.
-    pub(super) fn verdicts(&self, session: Option<u64>) -> Vec<(u32, Verdict)> {
-        let mut out = Vec::new();
-        for frame in self.open.values() {
-            if session.is_some_and(|s| frame.session != s) {
-                continue;
-            }
-            for (site, series) in &frame.series.0 {
-                out.push((*site, frame.verdict(series.clone(), true)));
-            }
-        }
-        for ((s, _, site), verdict) in &self.confirmed {
-            if session.is_none_or(|want| want == *s) {
-                out.push((*site, verdict.clone()));
-            }
-        }
-        out
+    pub(super) fn verdicts(
+        &self,
+        session: Option<u64>,
+    ) -> impl Iterator<Item = (u32, Verdict<'_>)> + '_ {
+        let open = self
+            .open
+            .values()
+            .filter(move |frame| session.is_none_or(|s| frame.session == s))
+            .flat_map(|frame| {
+                (frame.series.0.iter())
+                    .map(|(site, series)| (*site, frame.lent_verdict(series, true)))
+            });
+        let confirmed = (self.confirmed.iter())
+            .filter(move |((s, _, _), _)| session.is_none_or(|want| want == *s))
+            .map(|((_, _, site), verdict)| (*site, verdict.lent()));
+        open.chain(confirmed)
     }
 }

@@ -84,7 +84,7 @@
 use crate::event::Event;
 use crate::model::{DeviceRoom, MemorySample, SiteInfo, SiteSweep};
 use crate::post_mortem::PostMortem;
-use crate::report::{LoopSummary, Report};
+use crate::report::{Finding, FindingKey, LoopSummary, Report};
 use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
 use std::collections::BTreeMap;
 
@@ -381,6 +381,16 @@ impl Analysis {
     /// The report as of the events applied so far.
     pub fn report(&self) -> Report {
         self.report_for(None)
+    }
+
+    /// The keys of the findings of [`Analysis::report`], sorted, without building it:
+    /// what an automatic report compares with the keys of the one it printed last.
+    pub fn finding_keys(&self) -> Vec<FindingKey> {
+        let mut keys = findings::keys(&self.catalog, self.frames.verdicts(None));
+        let memory = self.memory_findings.findings(|id| self.catalog.site(id));
+        keys.extend(memory.iter().map(Finding::key));
+        keys.sort_unstable();
+        keys
     }
 
     /// The report of the loops of one session (a leak test), or of all.

@@ -4,28 +4,43 @@
 use super::judgement::Judgement;
 use super::series::Series;
 use crate::report::FindingKind;
+use std::borrow::Cow;
 
-/// The judgement of one site in one frame: its series and where it stands.
+/// The judgement of one site in one frame: its series and where it stands. Kept
+/// (`Verdict<'static>`, owning its parts) for ended frames; lent, borrowing them from the
+/// frames, to a report or to [`crate::Analysis::finding_keys`].
 #[derive(Debug, Clone)]
-pub(super) struct Verdict {
+pub(super) struct Verdict<'a> {
     pub(super) judgement: Judgement,
     pub(super) session: u64,
     pub(super) loop_site: u32,
-    pub(super) loop_name: String,
+    pub(super) loop_name: Cow<'a, str>,
     pub(super) depth: u32,
     pub(super) iteration: u64,
     pub(super) running: bool,
-    pub(super) series: Series,
+    pub(super) series: Cow<'a, Series>,
     pub(super) growing: bool,
     /// Growing by the rule on bytes, not by the count: its survivors are replaced by
     /// larger ones (a `growing_tensor`).
     pub(super) by_bytes: bool,
     /// The returned local the loop (or its outermost loop) builds, for a construction
     /// loop (see the module docs of `analysis`).
-    pub(super) product: Option<String>,
+    pub(super) product: Option<Cow<'a, str>>,
     /// Confirmed at the close of an outermost loop that never left its warm-up (a run of
     /// a single epoch): no later iteration could tell a leak from state filled once.
     pub(super) single_epoch: bool,
+}
+
+impl Verdict<'_> {
+    /// The same verdict, borrowing its parts from this one.
+    pub(super) fn lent(&self) -> Verdict<'_> {
+        Verdict {
+            loop_name: Cow::Borrowed(&self.loop_name),
+            series: Cow::Borrowed(&self.series),
+            product: self.product.as_deref().map(Cow::Borrowed),
+            ..*self
+        }
+    }
 }
 
 /// Why a growing site is bounded (see the module docs of `analysis`).
@@ -60,7 +75,11 @@ impl Bound {
     }
 }
 
-pub(super) fn classify(v: &Verdict, j: &Judgement, bound: Option<&Bound>) -> Option<FindingKind> {
+pub(super) fn classify(
+    v: &Verdict<'_>,
+    j: &Judgement,
+    bound: Option<&Bound>,
+) -> Option<FindingKind> {
     let last = &v.series.last;
     if last.survivors == 0 {
         return None;

@@ -138,7 +138,7 @@ impl Tracker {
     ) {
         // Quiet ends only in sampled mode while no leak test runs: a frame is settled only
         // then ([`sample::settle_quiet`]).
-        if self.quiet_end(frame) {
+        if self.quiet_end(frame, iteration) {
             self.primary.set_iteration(frame, iteration + 1);
             // Written when this thread's loops are next read (a recorded probe, a full end).
             return set_iteration_later(frame, iteration + 1);
@@ -164,33 +164,30 @@ impl Tracker {
 
     /// Sampled mode: whether this iteration end of `frame` has nothing to do. No probe was
     /// recorded since the latest full end, that end was of the same frame, and it left no
-    /// record alive, or left some fewer than [`QUIET_SPAN`] ends ago (a full end settles
-    /// their deaths). Not while the memory monitor samples (it clears the quiet frame).
+    /// record alive, or left some and this iteration is within the quiet span it granted
+    /// ([`quiet_span`]: a full end settles their deaths). Not while the memory monitor
+    /// samples (it clears the quiet frame).
     #[inline]
-    fn quiet_end(&self, frame: u64) -> bool {
+    fn quiet_end(&self, frame: u64, iteration: u64) -> bool {
         // A recorded probe clears it ([`Tracker::note_sampled_probe`]).
-        if sample::quiet_frame() != frame {
-            return false;
-        }
-        let left = self.quiet_left.load(Ordering::Relaxed);
-        if left == 0 {
-            return false;
-        }
-        self.quiet_left.store(left - 1, Ordering::Relaxed);
-        true
+        sample::quiet_frame() == frame && iteration < self.quiet_until.load(Ordering::Relaxed)
     }
 
-    /// Sampled mode, after a full iteration end of `frame` that began when `probes` probes
-    /// had been recorded and left `live` records: the ends of that frame that may be quiet
-    /// after it.
-    fn settle_quiet(&self, frame: u64, probes: u64, live: usize) {
+    /// Sampled mode, after the full end of iteration `iteration` of `frame`, which began
+    /// when `probes` probes had been recorded and left `live` records: the ends of that
+    /// frame that may be quiet after it.
+    fn settle_quiet(&self, (frame, iteration): (u64, u64), probes: u64, live: usize) {
         let live = live as u64;
         let same_live = self.quiet_live.swap(live, Ordering::Relaxed) == live;
         let unchanged = same_live && self.quiet_at.load(Ordering::Relaxed) == probes;
         let span = quiet_span(self.quiet_span.load(Ordering::Relaxed), unchanged);
         self.quiet_span.store(span, Ordering::Relaxed);
-        let left = if live == 0 { u64::MAX } else { span };
-        self.quiet_left.store(left, Ordering::Relaxed);
+        let until = if live == 0 {
+            u64::MAX
+        } else {
+            iteration.saturating_add(1 + span)
+        };
+        self.quiet_until.store(until, Ordering::Relaxed);
         self.quiet_at.store(probes, Ordering::Relaxed);
         // A probe recorded on another thread since `probes` was read cleared the quiet
         // frame before it is written, or counts after it: the next end of `frame` is then
@@ -236,7 +233,7 @@ impl Tracker {
             timed(HotPhase::Analysis, || {
                 let State { parts, sweeper, .. } = &mut *st;
                 if sampled {
-                    self.settle_quiet(frame, probes, parts.registry.len());
+                    self.settle_quiet((frame, iteration), probes, parts.registry.len());
                     if let Some(interval) = sample::interval() {
                         sample::scale_sites(sweeper.sites_mut());
                         parts.sink.sampled(interval);

@@ -9,6 +9,10 @@
 use super::tally::Devices;
 use tensor_lifetime_report::Report;
 
+/// Whether [`publish`] sets anything: the automatic report is then built at every
+/// outermost iteration end.
+pub(super) const PUBLISHED: bool = cfg!(feature = "metrics");
+
 /// Sets every metric from `report` and `devices`; counts an iteration unless `loop_end`.
 #[cfg(not(feature = "metrics"))]
 #[inline(always)]

@@ -230,8 +230,8 @@ pub(crate) struct Tracker {
     /// Sampled mode: `sampled_probes` as of the latest full iteration end ([`NOT_QUIET`]
     /// before the first): the quiet span doubles while it stays the same.
     quiet_at: AtomicU64,
-    /// Sampled mode: quiet iteration ends left before a full one.
-    quiet_left: AtomicU64,
+    /// Sampled mode: the quiet frame's first iteration whose end is a full one.
+    quiet_until: AtomicU64,
     /// Sampled mode: the quiet ends granted at the latest full iteration end, and the
     /// records it left alive (the span doubles while neither changes).
     quiet_span: AtomicU64,
@@ -271,7 +271,7 @@ impl Tracker {
             session_judgement: Mutex::new(HashMap::new()),
             sampled_probes: AtomicU64::new(0),
             quiet_at: AtomicU64::new(NOT_QUIET),
-            quiet_left: AtomicU64::new(0),
+            quiet_until: AtomicU64::new(0),
             quiet_span: AtomicU64::new(0),
             quiet_live: AtomicU64::new(0),
         }

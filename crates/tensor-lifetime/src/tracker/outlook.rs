@@ -25,21 +25,11 @@ pub(super) struct Outlook {
 }
 
 impl Outlook {
-    /// At the automatic report of iteration end `iteration` of outermost loop `frame`:
-    /// counts the iteration end, and when `report` has a leak reads the room of the device
-    /// with the most tracked bytes in `devices` (`limit`: set by hand), notes it to
-    /// `analysis` and puts the forecasts on `report`. At the loop's end (`loop_end`)
-    /// nothing changes.
-    pub(super) fn update(
-        &mut self,
-        analysis: &mut Analysis,
-        report: &mut Report,
-        (frame, iteration, loop_end): (u64, u64, bool),
-        devices: &Devices,
-        limit: Option<u64>,
-    ) {
+    /// At the automatic report of an iteration end of outermost loop `frame`: counts the
+    /// iteration end for the pace. At the loop's end (`loop_end`) nothing changes: the
+    /// forecast stays as at its last iteration.
+    pub(super) fn iteration_end(&mut self, frame: u64, loop_end: bool) {
         if loop_end {
-            // The loop's pace ended with it: the forecast stays as at its last iteration.
             return;
         }
         if self.frame != frame {
@@ -51,9 +41,20 @@ impl Outlook {
             self.ends.pop_front();
         }
         self.ends.push_back(Instant::now());
-        if !report.has_leaks() {
-            return;
-        }
+    }
+
+    /// At the automatic report of iteration end `iteration` of outermost loop `frame`,
+    /// after [`Outlook::iteration_end`], when `report` has a leak: reads the room of the
+    /// device with the most tracked bytes in `devices` (`limit`: set by hand), notes it
+    /// to `analysis` and puts the forecasts on `report`.
+    pub(super) fn forecast(
+        &mut self,
+        analysis: &mut Analysis,
+        report: &mut Report,
+        (frame, iteration): (u64, u64),
+        devices: &Devices,
+        limit: Option<u64>,
+    ) {
         let Some((device, _, _)) = devices.iter().max_by_key(|(_, live, _)| *live) else {
             return;
         };

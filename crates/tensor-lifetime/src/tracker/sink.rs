@@ -16,7 +16,7 @@ use std::time::Instant;
 use tensor_lifetime_report::analysis::Catalog;
 use tensor_lifetime_report::event::{BornRef, Event, EventWriter, LogFormat, SiteSweep, StepEvent};
 use tensor_lifetime_report::report::SiteRef;
-use tensor_lifetime_report::{Analysis, CallFrame, Judgement, Report, RoleBytes};
+use tensor_lifetime_report::{Analysis, CallFrame, FindingKey, Judgement, Report, RoleBytes};
 
 /// The longest an inner iteration end's events wait in the log's buffer (50 ms).
 const LOG_FLUSH_EVERY_NS: u64 = 50_000_000;
@@ -44,18 +44,10 @@ pub(super) struct Sink {
 /// What an automatic report printed: a new report is printed when this changes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Printed {
-    findings: Vec<PrintedFinding>,
+    /// Its findings' keys, sorted ([`Analysis::finding_keys`]).
+    findings: Vec<FindingKey>,
     /// Where the report's forecast took its growth from (the leaks', the device's).
     growth_from: Option<String>,
-}
-
-/// What an automatic report printed of a finding.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct PrintedFinding {
-    file: String,
-    line: u32,
-    kind: &'static str,
-    leak: bool,
 }
 
 impl Sink {
@@ -337,6 +329,10 @@ impl Sink {
     /// forecast's growth was measured changed since `printed_last` (what it printed last,
     /// updated here), and at the end of an outermost loop (`loop_end`), with the forecasts
     /// from `devices`; sets the metrics. New findings are also `tracing` warnings.
+    ///
+    /// The report is built only when something reads it: at a loop's end, when the
+    /// findings' keys changed, when a leak needs its forecast, when metrics are published.
+    /// Otherwise the keys alone tell that nothing is to be printed.
     pub(super) fn auto_report(
         &mut self,
         config: &Config,
@@ -346,23 +342,21 @@ impl Sink {
         iterations: u64,
         loop_end: bool,
     ) {
+        self.outlook.iteration_end(frame_id, loop_end);
+        let keys = self.analysis.finding_keys();
+        let leaks = keys.iter().any(FindingKey::is_leak);
+        if !(loop_end || leaks || super::metrics::PUBLISHED || keys != printed_last.findings) {
+            return;
+        }
         let mut report = self.analysis.report();
-        let limit = config.memory_limit;
-        let at = (frame_id, iterations, loop_end);
-        (self.outlook).update(&mut self.analysis, &mut report, at, devices, limit);
+        if leaks && !loop_end {
+            let limit = config.memory_limit;
+            let at = (frame_id, iterations);
+            (self.outlook).forecast(&mut self.analysis, &mut report, at, devices, limit);
+        }
         super::metrics::publish(&report, devices, loop_end);
-        let findings = report
-            .findings
-            .iter()
-            .map(|f| PrintedFinding {
-                file: f.site.file.clone(),
-                line: f.site.line,
-                kind: f.kind.as_str(),
-                leak: f.is_leak(),
-            })
-            .collect();
         let printed = Printed {
-            findings,
+            findings: keys,
             growth_from: report.forecast.as_ref().map(|f| f.growth_from.clone()),
         };
         let changed = *printed_last != printed;

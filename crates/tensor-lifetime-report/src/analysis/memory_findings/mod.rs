@@ -141,8 +141,6 @@ pub struct MemoryFindings {
     steps_by_loop: SiteMap<u64>,
     untracked: BTreeMap<String, Untracked>,
     shapes: SiteMap<Shapes>,
-    /// Loop site of each frame whose tensors a site made (for the finding's loop).
-    frame_loops: HashMap<u64, u32>,
 }
 
 impl MemoryFindings {
@@ -191,8 +189,9 @@ impl MemoryFindings {
         self.frames.insert(frame, FrameInfo { site });
         // A log may reuse a frame id.
         self.last_frame = None;
-        self.frame_loops.insert(frame, site);
-        self.loop_names.insert(site, name.to_string());
+        if self.loop_names.get(&site).is_none_or(|n| n != name) {
+            self.loop_names.insert(site, name.to_string());
+        }
     }
 
     /// An iteration of `frame` ended.
@@ -232,6 +231,7 @@ impl MemoryFindings {
         if s.last_key != Some(key) {
             s.iterations += 1;
             s.last_key = Some(key);
+            s.last_loop = self.frames.get(&frame).map(|f| f.site);
         }
         if s.last_bytes == Some(bytes) {
             return;
@@ -369,10 +369,7 @@ impl MemoryFindings {
             let Some(info) = site(id) else {
                 continue;
             };
-            let loop_site = s
-                .last_key
-                .and_then(|(f, _)| self.frame_loops.get(&f))
-                .copied();
+            let loop_site = s.last_loop;
             let shapes = match (&s.first_shape, &s.last_new_shape) {
                 (Some(a), Some(b)) => format!(" (e.g. {a:?} ... {b:?})"),
                 _ => String::new(),

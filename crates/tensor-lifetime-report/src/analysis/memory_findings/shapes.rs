@@ -11,6 +11,8 @@ pub(super) struct Shapes {
     // First the fields every tensor reads (one cache line), then those of a new size.
     /// Iterations (frame, iteration) seen, and those that brought a new size.
     pub(super) last_key: Option<(u64, u64)>,
+    /// The loop site of the latest iteration's frame (for the finding's loop).
+    pub(super) last_loop: Option<u32>,
     pub(super) iterations: u64,
     /// Size of the latest tensor (a site usually repeats it: no set lookup then).
     pub(super) last_bytes: Option<u64>,

@@ -234,8 +234,8 @@ pub(in crate::tracker) fn sampled_out(t: &Tensor, scale: u64) -> bool {
     skipped(t, scale) && !in_session()
 }
 
-/// Whether the probes' gate ([`crate::sample::gate`]: sampled mode, no leak test
-/// running) leaves `t` out: [`sampled_out`] without asking the thread, read first by
+/// Whether the probes' gate ([`crate::sample::gate`]: sampled mode, every record the
+/// sample's) leaves `t` out: [`sampled_out`] without asking the thread, read first by
 /// every probe of a tensor. False lets the probe take its full path, which decides.
 #[inline(always)]
 pub(crate) fn gated_out(t: &Tensor) -> bool {
@@ -245,7 +245,7 @@ pub(crate) fn gated_out(t: &Tensor) -> bool {
     } else {
         0
     };
-    gate != 0 && skips(t, gate) && (!crate::sample::gate_mixed(gate) || weak::weak_count(t) == 0)
+    gate != 0 && skips(t, gate)
 }
 
 /// The sample at `scale` skips `t` and no record or probe entry of it exists.
