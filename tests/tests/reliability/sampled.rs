@@ -277,3 +277,40 @@ fn the_memory_monitor_counts_the_quiet_iteration_ends_of_a_sampled_run() {
     assert_eq!(samples, 15, "one per iteration end from the 26th");
     set_sampling(Sampling::Exact);
 }
+
+/// A sampled run's loop summaries count every iteration, the quiet ones too (nothing is
+/// sampled here: every iteration end but a loop's first is quiet).
+#[test]
+fn a_sampled_runs_loops_count_their_quiet_iterations() {
+    if !tensor_lifetime_tests::process::alone(
+        module_path!(),
+        "a_sampled_runs_loops_count_their_quiet_iterations",
+    ) {
+        return;
+    }
+    std::env::set_var("TENSOR_LIFETIME_REPORT", "off");
+    set_sampling(Sampling::Interval(1 << 40));
+
+    #[tensor_lifetime::track]
+    fn epochs(epochs: usize, steps: usize) -> candle_core::Result<()> {
+        let device = candle_core::Device::Cpu;
+        for _ in 0..epochs {
+            for _ in 0..steps {
+                let x = candle_core::Tensor::zeros(16, candle_core::DType::F32, &device)?;
+                let y = (&x * 2.0)?;
+                drop(y);
+            }
+        }
+        Ok(())
+    }
+    epochs(3, 50).unwrap();
+    let report = tensor_lifetime::report();
+    let mut counts: Vec<(u64, u64)> = report
+        .loops
+        .iter()
+        .map(|l| (l.runs, l.iterations))
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [(1, 3), (3, 150)], "{:?}", report.loops);
+    set_sampling(Sampling::Exact);
+}

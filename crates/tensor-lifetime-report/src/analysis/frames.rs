@@ -31,10 +31,10 @@ struct Frame {
     depth: u32,
     session: u64,
     judgement: Judgement,
+    /// Its iterations ended (the latest iteration end's index plus one; at its close, its
+    /// own count): added to the loop's summary when it closes, and by [`Frames::loops`]
+    /// while it runs (no lookup of the summary at every iteration end).
     iterations: u64,
-    /// Iteration ends not yet in the loop's summary: added when the frame ends, and by
-    /// [`Frames::loops`] (no lookup of the summary at every iteration end).
-    uncounted: u64,
     series: SeriesBySite,
     /// Growing sites of nested frames that ended, waiting for this frame's iteration end.
     pending: Vec<(u32, Verdict<'static>)>,
@@ -118,7 +118,7 @@ impl Frames {
         let mut loops = self.loops.clone();
         for frame in self.open.values() {
             if let Some(summary) = loops.get_mut(&frame.site) {
-                summary.iterations += frame.uncounted;
+                summary.iterations += frame.iterations;
             }
         }
         loops
@@ -163,7 +163,6 @@ impl Frames {
                 session,
                 judgement,
                 iterations: 0,
-                uncounted: 0,
                 series: SeriesBySite::default(),
                 pending: Vec::new(),
                 warmup_growth: Vec::new(),
@@ -245,17 +244,18 @@ impl Frames {
                 }
             }
         }
-        frame.uncounted += 1;
     }
 
-    /// A frame closed.
-    pub(super) fn end(&mut self, frame_id: u64) {
+    /// A frame closed after `iterations` iterations (more than its iteration ends said
+    /// when some were quiet: the sampled mode's).
+    pub(super) fn end(&mut self, frame_id: u64, iterations: u64) {
         let Some(mut frame) = self.open.remove(&frame_id) else {
             return;
         };
+        frame.iterations = frame.iterations.max(iterations);
         if let Some(summary) = self.loops.get_mut(&frame.site) {
             summary.running = summary.running.saturating_sub(1);
-            summary.iterations += frame.uncounted;
+            summary.iterations += frame.iterations;
         }
         let j = frame.judgement;
         // An outermost loop that ended within its warm-up (one epoch): the growth of its

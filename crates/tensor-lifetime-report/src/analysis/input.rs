@@ -54,8 +54,8 @@ pub enum Input<'a> {
         sites: &'a [SiteSweep],
         roles: Roles<'a>,
     },
-    /// A loop frame closed ([`Event::LoopEnd`]).
-    LoopEnd { frame: u64 },
+    /// A loop frame closed after `iterations` iterations ([`Event::LoopEnd`]).
+    LoopEnd { frame: u64, iterations: u64 },
     /// A memory sample of one device ([`Event::Memory`]).
     Memory {
         device: &'a str,
@@ -130,7 +130,12 @@ impl<'a> Input<'a> {
                 sites,
                 roles: Roles::Copied(roles),
             },
-            Event::LoopEnd { frame, .. } => Input::LoopEnd { frame: *frame },
+            Event::LoopEnd {
+                frame, iterations, ..
+            } => Input::LoopEnd {
+                frame: *frame,
+                iterations: *iterations,
+            },
             Event::Memory { device, sample, .. } => Input::Memory { device, sample },
         })
     }

@@ -227,7 +227,7 @@ impl Analysis {
                 self.peak_live_bytes = self.peak_live_bytes.max(live_bytes);
                 self.frames.iteration_end(frame, iteration, sites);
             }
-            Input::LoopEnd { frame } => self.frames.end(frame),
+            Input::LoopEnd { frame, iterations } => self.frames.end(frame, iterations),
             Input::Memory { device, sample } => {
                 self.memory.insert(device.to_string(), sample.clone());
             }

@@ -166,7 +166,7 @@ impl MemoryFindings {
             Input::LoopStart {
                 frame, site, name, ..
             } => self.loop_start(frame, site, name),
-            Input::LoopEnd { frame } => {
+            Input::LoopEnd { frame, .. } => {
                 self.frames.remove(&frame);
                 self.last_frame = None;
             }
