@@ -4,8 +4,10 @@
 //!
 //! The small loop and the MLP: `--warmup 1` with 6 and with 2 measured steps, the
 //! difference over 4 (one step, start-up excluded). The rollout at each N of
-//! `--rollout` (1 000, 10 000, 100 000): `--warmup 1` with 2 and with 1 measured epochs,
-//! the difference (one epoch). With `--log`, each loop is also run sampled with the
+//! `--rollout` (1 000, 10 000, 100 000): `--warmup 1` with 1 + E and with 1 measured
+//! epochs, the difference over E, E making at least [`ROLLOUT_STEPS`] steps (20 epochs at
+//! N = 1 000: one epoch's count moves by about 20 000 instructions with the state of the
+//! C allocator's caches, which the epochs before it left). With `--log`, each loop is also run sampled with the
 //! binary event log on (`TENSOR_LIFETIME_LOG` in a temporary folder), in two more
 //! columns. Figures: docs/performance.md, "The sampled mode".
 
@@ -13,6 +15,9 @@ use crate::bench::{callgrind_ir_env, Mode};
 use crate::util::{flag_value, root, run_cmd};
 use anyhow::{bail, Context, Result};
 use std::process::Command;
+
+/// The fewest rollout steps a figure is measured over (see the module docs).
+const ROLLOUT_STEPS: u64 = 20_000;
 
 /// `cargo xtask sample-cost [--interval SIZE] [--rollout N,N,...] [--log] [--no-build]`.
 pub fn run(args: &[String]) -> Result<()> {
@@ -109,6 +114,8 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     for n in rollout {
         let n_arg = n.to_string();
+        let epochs = ROLLOUT_STEPS.div_ceil(n.max(1)).max(1);
+        let (one, more) = ("1".to_string(), (1 + epochs).to_string());
         let per_epoch = |variant: &str, env: &[(&str, &str)]| -> Result<f64> {
             let ir = |epochs: &str| {
                 callgrind_ir_env(
@@ -121,7 +128,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     env,
                 )
             };
-            Ok(ir("2")?.saturating_sub(ir("1")?) as f64)
+            Ok(ir(&more)?.saturating_sub(ir(&one)?) as f64 / epochs as f64)
         };
         let plain = per_epoch("plain", &[])?;
         let tracked = per_epoch("tracked", &sampled)?;

@@ -212,8 +212,9 @@ impl MemoryFindings {
         }
     }
 
-    /// A tensor of `bytes` (its own size) born at `site`; `shape` may be unknown.
-    #[inline]
+    /// A tensor of `bytes` (its own size) born at `site`; `shape` may be unknown. Inlined
+    /// always: a birth of every probe comes here (`Analysis::step`, inlined always too).
+    #[inline(always)]
     fn born(
         &mut self,
         site: u32,
@@ -230,8 +231,11 @@ impl MemoryFindings {
         let s = self.shapes.get_or_default(site);
         if s.last_key != Some(key) {
             s.iterations += 1;
+            // A frame's loop, looked up at the frame's first iteration seen here.
+            if s.last_key.is_none_or(|(f, _)| f != frame) {
+                s.last_loop = self.frames.get(&frame).map(|f| f.site);
+            }
             s.last_key = Some(key);
-            s.last_loop = self.frames.get(&frame).map(|f| f.site);
         }
         if s.last_bytes == Some(bytes) {
             return;
