@@ -188,9 +188,10 @@ struct GateState {
 impl GateState {
     /// The gate at `scale` (see [`gate`]).
     fn gate(&self, scale: u64) -> u64 {
-        match scale {
-            _ if self.sessions > 0 || self.mixed => 0,
-            scale => scale,
+        if self.sessions > 0 || self.mixed {
+            0
+        } else {
+            scale
         }
     }
 

@@ -47,29 +47,18 @@ struct Frame {
 }
 
 impl Frame {
-    /// The verdict of `site`'s `series` in this frame at its latest iteration end.
-    /// The verdict of `series` in this frame, which keeps it (the frame ended).
+    /// The verdict of `series` in this frame at its latest iteration end, owning its parts
+    /// (the frame ended and keeps it).
     fn verdict(&self, series: Series, running: bool) -> Verdict<'static> {
-        let v = self.lent_verdict(&series, running);
-        let (growing, by_bytes) = (v.growing, v.by_bytes);
-        Verdict {
-            judgement: self.judgement,
-            session: self.session,
-            loop_site: self.site,
-            loop_name: Cow::Owned(self.name.clone()),
-            depth: self.depth,
-            iteration: v.iteration,
-            running,
-            growing,
-            by_bytes,
-            series: Cow::Owned(series),
-            product: self.product.clone().map(Cow::Owned),
-            single_epoch: false,
-        }
+        self.verdict_of(Cow::Owned(series), running).into_owned()
     }
 
     /// The verdict of `series` (one of this frame's) as this frame stands, borrowing.
     fn lent_verdict<'a>(&'a self, series: &'a Series, running: bool) -> Verdict<'a> {
+        self.verdict_of(Cow::Borrowed(series), running)
+    }
+
+    fn verdict_of<'a>(&'a self, series: Cow<'a, Series>, running: bool) -> Verdict<'a> {
         let iteration = self.iterations.saturating_sub(1);
         let by_count = series.growing(iteration, &self.judgement);
         let by_bytes = !by_count && series.growing_bytes(iteration, &self.judgement);
@@ -83,7 +72,7 @@ impl Frame {
             running,
             growing: by_count || by_bytes,
             by_bytes,
-            series: Cow::Borrowed(series),
+            series,
             product: self.product.as_deref().map(Cow::Borrowed),
             single_epoch: false,
         }

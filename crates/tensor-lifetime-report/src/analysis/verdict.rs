@@ -32,6 +32,16 @@ pub(super) struct Verdict<'a> {
 }
 
 impl Verdict<'_> {
+    /// The same verdict owning its parts (those it borrowed are copied).
+    pub(super) fn into_owned(self) -> Verdict<'static> {
+        Verdict {
+            loop_name: Cow::Owned(self.loop_name.into_owned()),
+            series: Cow::Owned(self.series.into_owned()),
+            product: self.product.map(|p| Cow::Owned(p.into_owned())),
+            ..self
+        }
+    }
+
     /// The same verdict, borrowing its parts from this one.
     pub(super) fn lent(&self) -> Verdict<'_> {
         Verdict {

@@ -345,7 +345,8 @@ impl Sink {
         self.outlook.iteration_end(frame_id, loop_end);
         let keys = self.analysis.finding_keys();
         let leaks = keys.iter().any(FindingKey::is_leak);
-        if !(loop_end || leaks || super::metrics::PUBLISHED || keys != printed_last.findings) {
+        let new_findings = keys != printed_last.findings;
+        if !(loop_end || leaks || super::metrics::PUBLISHED || new_findings) {
             return;
         }
         let mut report = self.analysis.report();
@@ -355,16 +356,14 @@ impl Sink {
             (self.outlook).forecast(&mut self.analysis, &mut report, at, devices, limit);
         }
         super::metrics::publish(&report, devices, loop_end);
-        let printed = Printed {
-            findings: keys,
-            growth_from: report.forecast.as_ref().map(|f| f.growth_from.clone()),
-        };
-        let changed = *printed_last != printed;
-        let new_findings = printed_last.findings != printed.findings;
-        if !(changed || loop_end) {
+        let growth_from = report.forecast.as_ref().map(|f| f.growth_from.clone());
+        if !(new_findings || growth_from != printed_last.growth_from || loop_end) {
             return;
         }
-        *printed_last = printed;
+        *printed_last = Printed {
+            findings: keys,
+            growth_from,
+        };
         if new_findings {
             for f in report.leaks() {
                 tracing::warn!(
