@@ -2,6 +2,7 @@
 //! construction loops), the kind of each finding, the best verdict of each site, and the
 //! order of the report.
 
+use super::by_site::BySite;
 use super::catalog::Catalog;
 use super::verdict::{classify, Bound, Verdict};
 use crate::model::{HolderRef, HolderSpec, SiteKind, SiteNote, SiteRef, SiteSweep};
@@ -95,7 +96,7 @@ impl Assembly<'_> {
                 !v.running,
             )
         };
-        let mut best = Best::new();
+        let mut best = Best::default();
         for (site, mut verdict) in candidates {
             if let Some(paths) = paths
                 .as_deref_mut()
@@ -116,7 +117,7 @@ impl Assembly<'_> {
             if bound.is_some() && kind != FindingKind::Retained {
                 verdict.growing = false;
             }
-            let better = match best.get(&site) {
+            let better = match best.get(site) {
                 None => true,
                 Some((k, v, _)) => rank(kind, &verdict) < rank(*k, v),
             };
@@ -253,8 +254,9 @@ impl Assembly<'_> {
     }
 }
 
-/// The best verdict of each site: its finding's kind, the verdict, and what bounds it.
-type Best<'a> = BTreeMap<u32, (FindingKind, Verdict<'a>, Option<Bound>)>;
+/// The best verdict of each site, in site order: its finding's kind, the verdict, and
+/// what bounds it (the automatic report decides at every outermost iteration end).
+type Best<'a> = BySite<(FindingKind, Verdict<'a>, Option<Bound>)>;
 
 /// Sites (or call paths) by site.
 type Paths = BTreeMap<u32, Vec<u32>>;
@@ -264,7 +266,7 @@ type Paths = BTreeMap<u32, Vec<u32>>;
 fn bound_by_graph(best: &mut Best) {
     let bounded_roots: BTreeMap<u32, Bound> = best
         .iter()
-        .filter_map(|(site, (_, _, b))| b.clone().map(|b| (*site, b)))
+        .filter_map(|(site, (_, _, b))| b.clone().map(|b| (site, b)))
         .collect();
     for (kind, verdict, bound) in best.values_mut() {
         if bound.is_some() {
@@ -290,7 +292,7 @@ fn fold_graph_held(best: &mut Best) -> Paths {
     let roots: Vec<u32> = best
         .iter()
         .filter(|(_, (k, _, _))| *k == FindingKind::GraphRetention)
-        .map(|(s, _)| *s)
+        .map(|(s, _)| s)
         .collect();
     let mut held = Paths::new();
     best.retain(|site, (kind, verdict, _)| {
@@ -304,7 +306,7 @@ fn fold_graph_held(best: &mut Best) -> Paths {
                 .holders
                 .iter()
                 .try_fold(None, |acc, h| match (&h.holder, acc) {
-                    (HolderSpec::Graph { site: r }, None) if roots.contains(r) && r != site => {
+                    (HolderSpec::Graph { site: r }, None) if roots.contains(r) && *r != site => {
                         Ok(Some(*r))
                     }
                     (HolderSpec::Graph { site: r }, Some(prev)) if *r == prev => Ok(Some(prev)),
@@ -312,7 +314,7 @@ fn fold_graph_held(best: &mut Best) -> Paths {
                 });
         match root {
             Ok(Some(r)) => {
-                held.entry(r).or_default().push(*site);
+                held.entry(r).or_default().push(site);
                 false
             }
             _ => true,

@@ -88,6 +88,7 @@ use crate::report::{Finding, FindingKey, LoopSummary, Report};
 use crate::roles::{CallFrame, MemoryByRole, RoleBytes, RoleHistory};
 use std::collections::BTreeMap;
 
+mod by_site;
 mod catalog;
 mod findings;
 pub mod forecast;

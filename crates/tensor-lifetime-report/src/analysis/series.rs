@@ -1,6 +1,7 @@
 //! The survivor counts of one site in one loop frame, summarized ([`Series`]), the series
 //! of a frame by site, and an iteration end's sweeps looked up by site.
 
+use super::by_site::BySite;
 use super::growth::{Growth, Window};
 use super::judgement::Judgement;
 use crate::fast_hash::HashMap;
@@ -92,29 +93,22 @@ impl Series {
 
 /// The series of one frame, sorted by site: an iteration end walks them all, and finds or
 /// adds a handful by binary search (no hashing on the per-iteration path).
-#[derive(Debug, Default)]
-pub(super) struct SeriesBySite(pub(super) Vec<(u32, Series)>);
+/// A frame's series by site.
+pub(super) type SeriesBySite = BySite<Series>;
 
 impl SeriesBySite {
-    pub(super) fn get(&self, site: u32) -> Option<&Series> {
-        self.0
-            .binary_search_by_key(&site, |(s, _)| *s)
-            .ok()
-            .map(|i| &self.0[i].1)
-    }
-
     /// Adds a series for the site of `first`, starting there at `iteration`, if it has
     /// none. Inlined, a search; the rare insertion is out of line.
     #[inline]
     pub(super) fn start(&mut self, iteration: u64, first: &SiteSweep) {
-        if let Err(i) = self.0.binary_search_by_key(&first.site, |(s, _)| *s) {
-            self.insert(i, iteration, first);
+        if let Err(i) = self.find(first.site) {
+            self.insert_new(i, iteration, first);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn insert(&mut self, i: usize, iteration: u64, first: &SiteSweep) {
+    fn insert_new(&mut self, i: usize, iteration: u64, first: &SiteSweep) {
         let series = Series::starting(iteration, first);
         self.0.insert(i, (first.site, series));
     }
