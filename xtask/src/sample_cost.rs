@@ -7,9 +7,10 @@
 //! `--rollout` (1 000, 10 000, 100 000): `--warmup 1` with 1 + E and with 1 measured
 //! epochs, the difference over E, E making at least [`ROLLOUT_STEPS`] steps (20 epochs at
 //! N = 1 000: one epoch's count moves by about 20 000 instructions with the state of the
-//! C allocator's caches, which the epochs before it left). With `--log`, each loop is also run sampled with the
-//! binary event log on (`TENSOR_LIFETIME_LOG` in a temporary folder), in two more
-//! columns. Figures: docs/performance.md, "The sampled mode".
+//! C allocator's caches, which the epochs before it left). With `--log`, each loop is
+//! also run sampled with the binary event log on (`TENSOR_LIFETIME_LOG` in a temporary
+//! folder), in two more columns. Figures: docs/performance.md, "The budgets and the
+//! current figures" and "Where the rollout's instructions go".
 
 use crate::bench::{callgrind_ir_env, Mode};
 use crate::util::{flag_value, root, run_cmd};

@@ -250,9 +250,11 @@ impl Finding {
         self.kind.is_leak(self.growing)
     }
 
-    /// What tells this finding from the other findings of its report's run
-    /// ([`FindingKey`]).
-    pub fn key(&self) -> FindingKey {
+    /// The key of a finding that names no site of the run's catalog (untracked growth,
+    /// shape churn): its place by file and line. A tensor finding's key is its site's
+    /// ([`FindingKey::at_site`], as [`Analysis::finding_keys`](crate::Analysis::finding_keys)
+    /// gives it), so this is not public: two keys of one finding would disagree.
+    pub(crate) fn key(&self) -> FindingKey {
         FindingKey {
             place: FindingPlace::At(self.site.file.clone(), self.site.line),
             kind: self.kind,

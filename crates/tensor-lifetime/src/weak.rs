@@ -134,14 +134,18 @@ pub(crate) fn serial(tensor: &Tensor) -> u64 {
 /// already (the creation watermark of a loop). candle hands out serials only to new
 /// tensors: the cheapest is a view of a scalar this thread keeps (no storage to allocate).
 pub(crate) fn serial_watermark() -> u64 {
+    fn scalar() -> Option<Tensor> {
+        Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).ok()
+    }
     thread_local! {
-        static SCALAR: Option<Tensor> = Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).ok();
+        static SCALAR: Option<Tensor> = scalar();
     }
     SCALAR
         .try_with(|s| s.as_ref().and_then(|s| s.reshape(()).ok()))
         .ok()
         .flatten()
-        .or_else(|| Tensor::zeros((), candle_core::DType::U8, &Device::Cpu).ok())
+        // The thread's scalar is gone (the thread is ending): a new one.
+        .or_else(scalar)
         .map_or(0, |t| serial(&t))
 }
 
