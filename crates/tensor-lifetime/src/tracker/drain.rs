@@ -5,7 +5,7 @@
 //! event log the merge is the same, and writes each probe's events from what the probe
 //! kept for them ([`Capture`]).
 
-use super::probe::{self, Observed, Pending, View, RINGS};
+use super::probe::{self, LoggedProbe, Observed, Pending, View, RINGS};
 use super::registry::Record;
 use super::{roles, Input, State, Tracker};
 use crate::device::DeviceId;
@@ -104,10 +104,18 @@ impl Tracker {
     }
 
     /// Moves every thread's buffered probes into the registry. With an event log, the
-    /// clock is read first (the probes' stamps are placed by it, [`super::clock`]).
+    /// clock is read first (the probes' stamps are placed by it, [`super::clock`]) and
+    /// the probes come from the log's rings.
     pub(super) fn drain(&self, st: &mut State) {
         if self.timed {
             st.clock.read();
+            let mut merged = std::mem::take(&mut st.drained_logged);
+            RINGS.drain_logged_with(&mut merged, |a, b, threaded| {
+                st.merge_logged(a, b, threaded)
+            });
+            st.drained_logged = merged;
+            super::keep::trim_vec(&mut st.drained_logged);
+            return;
         }
         let mut merged = std::mem::take(&mut st.drained);
         RINGS.drain_with(&mut merged, |a, b, threaded| {
@@ -123,9 +131,6 @@ impl State {
     /// probes are the drain's: a record takes its probe's weak handle. `threaded`: more
     /// than one thread has probed.
     fn merge_drained(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
-        if self.parts.sink.logs() {
-            return self.merge_logged(a, b, threaded);
-        }
         // A tensor's first probe needs no lookup: no record of it can exist. Except when
         // several threads probe: a later probe of it, on the thread it was handed to, may
         // have been drained first and made the record (see `merge`).
@@ -142,49 +147,20 @@ impl State {
     }
 
     /// [`State::merge_drained`] with an event log: each probe with what it kept for the
-    /// log (its [`probe::Logged`] entry, pushed just before it on its thread: taken now, or
-    /// kept from an earlier drain), merged the same way.
+    /// log (its [`probe::Logged`], in the same entry), merged the same way.
     #[inline(never)]
-    fn merge_logged(&mut self, a: &mut [Pending], b: &mut [Pending], threaded: bool) {
-        // Taken after the probes: every probe drained has its entry among them.
-        let mut logged = std::mem::take(&mut self.logged);
-        RINGS.take_logged(&mut self.logged_spare, &mut logged);
-        if threaded {
-            // In probe order, as the probes are (stable: one thread's entries of order
-            // 0, from before a second thread, stay in push order).
-            logged.sort_by_key(|l| l.seq);
-        }
+    fn merge_logged(&mut self, a: &mut [LoggedProbe], b: &mut [LoggedProbe], threaded: bool) {
         let mut shape = std::mem::take(&mut self.shape);
-        // Entries before `next` are paired; one paired out of order gets key 0 (no
-        // tensor's address).
-        let mut next = 0;
-        for p in a.iter_mut().chain(b.iter_mut()) {
-            let (seq, key) = (p.seq, p.weak.key());
-            let at = match logged.get(next) {
-                Some(l) if (l.seq, l.key) == (seq, key) => next,
-                // Another thread's entries of probes still to be drained come first.
-                _ => match logged[next..]
-                    .iter()
-                    .position(|l| (l.seq, l.key) == (seq, key))
-                {
-                    Some(at) => next + at,
-                    None => {
-                        debug_assert!(false, "a logged probe without its entry");
-                        self.merge(p, None);
-                        continue;
-                    }
-                },
-            };
-            if at == next {
-                next += 1;
-            }
-            let l = logged[at];
-            logged[at].key = 0;
+        for LoggedProbe {
+            pending: p,
+            logged: l,
+        } in a.iter_mut().chain(b.iter_mut())
+        {
             let capture = Capture {
                 t_ns: self.clock.ns(l.stamp),
                 thread: u64::from(l.thread),
                 storage: l.storage,
-                shape: l.shape(&mut shape),
+                shape: l.shape(p, &mut shape),
                 dtype: l.dtype,
                 device: l.device,
             };
@@ -195,10 +171,6 @@ impl State {
                 self.merge(p, Some(&capture));
             }
         }
-        // What is left waits for its probes' drain.
-        logged.drain(..next);
-        logged.retain(|l| l.key != 0);
-        self.logged = logged;
         self.shape = shape;
     }
 
@@ -367,13 +339,18 @@ impl State {
 
 /// The name of `device` in the event log, and its index (the first of a device formats
 /// it once).
+#[inline(always)]
 fn device_name(names: &mut Vec<(DeviceId, String)>, device: DeviceId) -> (u32, &str) {
     let at = match names.iter().position(|(d, _)| *d == device) {
         Some(at) => at,
-        None => {
-            names.push((device, device.to_string()));
-            names.len() - 1
-        }
+        None => new_device_name(names, device),
     };
     (at as u32, &names[at].1)
+}
+
+/// [`device_name`] of a device not named before.
+#[cold]
+fn new_device_name(names: &mut Vec<(DeviceId, String)>, device: DeviceId) -> usize {
+    names.push((device, device.to_string()));
+    names.len() - 1
 }

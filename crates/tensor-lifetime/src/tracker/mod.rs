@@ -100,7 +100,7 @@ use crate::weak;
 use frames::SessionJudgement;
 use keep::FastMap;
 use parking_lot::Mutex;
-use probe::{Logged, Pending, PrimaryLoop};
+use probe::{LoggedProbe, Pending, PrimaryLoop};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
@@ -199,10 +199,9 @@ struct State {
     sweeper: Sweeper,
     /// Probes taken from the threads' buffers (kept for its capacity).
     drained: Vec<Pending>,
-    /// With an event log: the threads' [`Logged`] entries not yet paired with their probe
-    /// (in probe order), and the buffers the drain moves them through.
-    logged: Vec<Logged>,
-    logged_spare: Vec<Logged>,
+    /// With an event log: its probes taken from the threads' buffers (kept for its
+    /// capacity).
+    drained_logged: Vec<LoggedProbe>,
     /// A logged probe's shape, read for its `born` event.
     shape: Vec<usize>,
     /// The event log's clock: turns the probes' stamps into nanoseconds.
@@ -321,8 +320,7 @@ impl State {
             },
             sweeper: Sweeper::new(exact_max),
             drained: Vec::new(),
-            logged: Vec::new(),
-            logged_spare: Vec::new(),
+            drained_logged: Vec::new(),
             shape: Vec::new(),
             clock: clock::Clock::new(Instant::now()),
             device_names: Vec::new(),

@@ -2,7 +2,7 @@
 //! session. Only its own thread touches it (no lock); the tracker's global state is
 //! reached from here only through the ring's drain.
 
-use super::{Logged, Pending, RINGS};
+use super::{LoggedProbe, Pending, RINGS};
 use crate::probe_buffer::Producer;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +32,9 @@ pub(crate) struct SessionMark {
 
 pub(in crate::tracker) struct Local {
     pub(in crate::tracker) buf: Producer<Pending>,
-    /// With an event log: the ring of what the log needs of each probe.
-    pub(in crate::tracker) log: Producer<Logged>,
+    /// With an event log: the ring of each probe with what the log needs of it (in
+    /// place of `buf`).
+    pub(in crate::tracker) log: Producer<LoggedProbe>,
     /// Open loops on this thread, outermost first: read and written through
     /// [`Local::loops`].
     stack: RefCell<Vec<OpenLoop>>,

@@ -1,8 +1,9 @@
 //! The probe: the hot path, no lock. A probe appends one entry ([`Pending`]) to its
-//! thread's ring ([`enter`]), with an event log also what the log's events need of it
-//! ([`Logged`], in the thread's second ring: no allocation); a drain
-//! ([`Rings::drain_with`]) hands every thread's entries, in probe order, to the
-//! tracker's root, which merges them into the registry. The
+//! thread's ring ([`enter`]); with an event log the entry also holds what the log's
+//! events need of it ([`LoggedProbe`]: a [`Pending`] and a [`Logged`], in the thread's
+//! second ring, which takes every probe while a log is written: no allocation); a drain
+//! ([`Rings::drain_with`], [`Rings::drain_logged_with`]) hands every thread's entries,
+//! in probe order, to the tracker's root, which merges them into the registry. The
 //! per-thread state ([`local`]: the ring, the open loops, the session), where a tensor
 //! was born ([`birth`]) and what is read of a tensor ([`observe`]) are here too.
 
@@ -66,15 +67,11 @@ pub(crate) struct Pending {
 pub(in crate::tracker) const INLINE_RANK: usize = 6;
 
 /// What only the event log's events carry of a probe (its `born` event, for a tensor
-/// dropped before the drain too), read only when one is written, into the thread's
-/// second ring ([`Rings::logged`]) just before the probe's [`Pending`] entry: no
+/// dropped before the drain too), read only when one is written, beside the probe's
+/// [`Pending`] in one entry of the thread's second ring ([`LoggedProbe`]): no
 /// allocation (a shape that does not fit in place excepted).
 #[derive(Debug, Clone, Copy)]
 pub(in crate::tracker) struct Logged {
-    /// The probe's order and its tensor's key (as its [`Pending`]'s): the drain pairs
-    /// them by these.
-    pub(in crate::tracker) seq: u64,
-    pub(in crate::tracker) key: usize,
     /// When probed ([`crate::phase_timing::ticks`]; the drain turns it into ns).
     pub(in crate::tracker) stamp: u64,
     /// The storage as of the probe.
@@ -85,6 +82,14 @@ pub(in crate::tracker) struct Logged {
     pub(in crate::tracker) thread: u32,
     pub(in crate::tracker) device: DeviceId,
     pub(in crate::tracker) dtype: DType,
+}
+
+/// A probe's entry while an event log is written: the probe and what the log needs of
+/// it, together (the drain reads them side by side).
+#[derive(Debug)]
+pub(in crate::tracker) struct LoggedProbe {
+    pub(in crate::tracker) pending: Pending,
+    pub(in crate::tracker) logged: Logged,
 }
 
 /// The shapes of logged probes that do not fit in [`Logged`] (a rank above
@@ -103,7 +108,6 @@ impl Logged {
     #[inline]
     fn of(t: &Tensor, seq: u64, stamp: u64, thread: u64) -> Logged {
         let shape = t.dims();
-        let key = weak::key(t);
         let mut dims = [0u32; INLINE_RANK];
         let fits = shape.len() <= INLINE_RANK
             && shape.iter().zip(&mut dims).all(|(d, to)| {
@@ -111,11 +115,9 @@ impl Logged {
                 *d <= u32::MAX as usize
             });
         if !fits {
-            LARGE_SHAPES.lock().push((seq, key, shape.into()));
+            LARGE_SHAPES.lock().push((seq, weak::key(t), shape.into()));
         }
         Logged {
-            seq,
-            key,
             stamp,
             storage: Observed::of(t),
             dims,
@@ -130,16 +132,15 @@ impl Logged {
         }
     }
 
-    /// The probe's shape, written into `to` when it is in place.
+    /// The shape of probe `p` (whose entry this is), written into `to` when it is in
+    /// place.
     #[inline]
-    pub(in crate::tracker) fn shape<'a>(&self, to: &'a mut Vec<usize>) -> &'a [usize] {
+    pub(in crate::tracker) fn shape<'a>(&self, p: &Pending, to: &'a mut Vec<usize>) -> &'a [usize] {
         to.clear();
         if self.rank == Logged::LARGE {
             let mut large = LARGE_SHAPES.lock();
-            if let Some(at) = large
-                .iter()
-                .position(|(seq, key, _)| (*seq, *key) == (self.seq, self.key))
-            {
+            let of = (p.seq, p.weak.key());
+            if let Some(at) = large.iter().position(|(seq, key, _)| (*seq, *key) == of) {
                 to.extend_from_slice(&large.swap_remove(at).2);
             }
         } else {
@@ -154,9 +155,9 @@ impl Logged {
 /// is, and reached without its lock.
 pub(in crate::tracker) struct Rings {
     buffers: Registry<Pending>,
-    /// With an event log: each thread's [`Logged`] entries, one per probe, pushed just
-    /// before its [`Pending`] entry.
-    logged: Registry<Logged>,
+    /// With an event log: each thread's entries, one per probe, in place of
+    /// [`Rings::buffers`]'s.
+    logged: Registry<LoggedProbe>,
     /// Global probe order, counted once a second thread has a probe buffer.
     next_seq: AtomicU64,
     /// A second thread has a probe buffer (set before that thread's first probe; never
@@ -196,30 +197,39 @@ impl Rings {
         merged: &mut Vec<Pending>,
         merge: impl FnOnce(&mut [Pending], &mut [Pending], bool),
     ) {
-        self.buffers.drain_with(
+        self.drain_rings(&self.buffers, merged, |p| p.seq, merge);
+    }
+
+    /// [`Rings::drain_with`] of an event log's probes (the rings that take every probe
+    /// while a log is written).
+    #[inline]
+    pub(in crate::tracker) fn drain_logged_with(
+        &self,
+        merged: &mut Vec<LoggedProbe>,
+        merge: impl FnOnce(&mut [LoggedProbe], &mut [LoggedProbe], bool),
+    ) {
+        self.drain_rings(&self.logged, merged, |p| p.pending.seq, merge);
+    }
+
+    /// The drain of one kind of ring, whose entries have the probe order `seq`.
+    #[inline(always)]
+    fn drain_rings<T: Send>(
+        &self,
+        rings: &Registry<T>,
+        merged: &mut Vec<T>,
+        seq: impl Fn(&T) -> u64,
+        merge: impl FnOnce(&mut [T], &mut [T], bool),
+    ) {
+        rings.drain_with(
             merged,
             // In the order the probes were made, across threads: a tensor made on a
             // worker or loader thread and seen by the training thread right after keeps
             // the worker's site as its creation site, whichever thread's buffer is drained
             // first. Each buffer is in probe order already. Stable: the first thread's
             // probes from before `threaded` all have 0.
-            |all| all.sort_by_key(|p| p.seq),
+            |all| all.sort_by_key(seq),
             // One thread's probes are read in place, in its ring.
             |a, b| merge(a, b, self.threaded.load(Ordering::Relaxed)),
-        );
-    }
-
-    /// Moves every thread's [`Logged`] entries to the end of `into` (each thread's in
-    /// push order, the threads' one after the other); `merged` as in
-    /// [`Rings::drain_with`].
-    pub(in crate::tracker) fn take_logged(&self, merged: &mut Vec<Logged>, into: &mut Vec<Logged>) {
-        self.logged.drain_with(
-            merged,
-            |_| {},
-            |a, b| {
-                into.extend_from_slice(a);
-                into.extend_from_slice(b);
-            },
         );
     }
 }
@@ -268,9 +278,40 @@ fn skips(t: &Tensor, scale: u64) -> bool {
 #[inline(always)]
 pub(in crate::tracker) fn enter(
     t: &Tensor,
-    (site, store, hint): (&'static Site, bool, u8),
+    probe: (&'static Site, bool, u8),
     primary: &PrimaryLoop,
     (timed, stamp): (bool, impl Fn() -> u64),
+    drain: impl Fn(),
+) {
+    if timed {
+        enter_logged(t, probe, primary, stamp(), &drain);
+    } else {
+        enter_with::<false>(t, probe, primary, 0, drain);
+    }
+}
+
+/// [`enter`] with an event log: the probe's entry holds what the log needs of it
+/// ([`LoggedProbe`], in this thread's [`Rings::logged`] ring), stamped `stamp`. Out of
+/// line: the probe without a log stays as short as it was.
+#[inline(never)]
+fn enter_logged(
+    t: &Tensor,
+    probe: (&'static Site, bool, u8),
+    primary: &PrimaryLoop,
+    stamp: u64,
+    drain: &impl Fn(),
+) {
+    enter_with::<true>(t, probe, primary, stamp, drain);
+}
+
+/// [`enter`]'s one body: with `LOGGED` the entry goes to the log's ring with what the
+/// log needs of the probe (stamped `stamp`), else to the thread's plain ring.
+#[inline(always)]
+fn enter_with<const LOGGED: bool>(
+    t: &Tensor,
+    (site, store, hint): (&'static Site, bool, u8),
+    primary: &PrimaryLoop,
+    stamp: u64,
     drain: impl Fn(),
 ) {
     // One counter for all threads: its order agrees with every thread's program
@@ -308,36 +349,44 @@ pub(in crate::tracker) fn enter(
             }
         };
         drop(stack);
-        if timed {
-            // Before the probe's entry: a drain that takes the entry finds this.
-            log_probe(t, (seq, stamp()), local, &drain);
+        let (probe, at) = ((site, store, hint), (birth, serial, seq, first));
+        // Full: the probes go to the registry now (the buffer keeps its size).
+        if LOGGED {
+            let entry = || LoggedProbe {
+                logged: Logged::of(t, seq, stamp, local.thread),
+                pending: Pending::of(t, probe, at),
+            };
+            local.log.push_with(entry, &RINGS.logged, drain);
+        } else {
+            let pending = || Pending::of(t, probe, at);
+            local.buf.push_with(pending, &RINGS.buffers, drain);
         }
-        local.buf.push_with(
-            || Pending {
-                weak: WeakTensor::new(t),
-                site,
-                store,
-                frame: birth.frame as u32,
-                iteration: birth.iteration as u32,
-                session: birth.session as u32,
-                serial: serial as u32,
-                seq,
-                first,
-                role: roles::at_probe(t, hint, site.role),
-                path: crate::call_path::current(),
-                bytes: own_bytes::<false>(t),
-            },
-            &RINGS.buffers,
-            // Full: the probes go to the registry now (the buffer keeps its size).
-            drain,
-        );
     });
 }
 
-/// What the event log needs of a probe of `t` (its order and stamp), into this thread's
-/// [`Rings::logged`] ring. Out of line: the probe without a log stays as short as it was.
-#[inline(never)]
-fn log_probe(t: &Tensor, (seq, stamp): (u64, u64), local: &local::Local, drain: &impl Fn()) {
-    let logged = || Logged::of(t, seq, stamp, local.thread);
-    local.log.push_with(logged, &RINGS.logged, drain);
+impl Pending {
+    /// The entry of a probe of `t` at `site` (a store when `store`, role byte `hint`)
+    /// of a tensor born at `birth` with creation serial `serial`, in probe order `seq`,
+    /// its first probe when `first`.
+    #[inline(always)]
+    fn of(
+        t: &Tensor,
+        (site, store, hint): (&'static Site, bool, u8),
+        (birth, serial, seq, first): (Birth, u64, u64, bool),
+    ) -> Pending {
+        Pending {
+            weak: WeakTensor::new(t),
+            site,
+            store,
+            frame: birth.frame as u32,
+            iteration: birth.iteration as u32,
+            session: birth.session as u32,
+            serial: serial as u32,
+            seq,
+            first,
+            role: roles::at_probe(t, hint, site.role),
+            path: crate::call_path::current(),
+            bytes: own_bytes::<false>(t),
+        }
+    }
 }
