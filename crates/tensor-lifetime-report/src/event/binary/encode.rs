@@ -16,6 +16,33 @@ pub(super) fn put(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
+/// Where a record's varints and bytes go: a record gathered on the stack (the writer's)
+/// or the growing buffer of a frame.
+pub(super) trait Out {
+    fn put(&mut self, v: u64);
+    fn byte(&mut self, b: u8);
+}
+
+impl Out for Vec<u8> {
+    #[inline(always)]
+    fn put(&mut self, v: u64) {
+        put(self, v)
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        self.push(b)
+    }
+}
+
+/// The most bytes [`site_sweep`] writes for `s` (every varint at its longest).
+pub(super) fn site_sweep_max(s: &SiteSweep) -> usize {
+    5 + 10 * 10 + 1 + 10 + s.holders.len() * (1 + 5 + 10) + 10 + s.call_paths.len() * 5
+}
+
+/// The most bytes [`role_bytes`] writes.
+pub(super) const ROLE_BYTES_MAX: usize = 1 + 4 * 10;
+
 /// A string in place: its length in bytes (a varint), then its UTF-8 bytes.
 pub(super) fn put_str(buf: &mut Vec<u8>, s: &str) {
     put(buf, s.len() as u64);
@@ -64,8 +91,8 @@ pub(super) fn site_info(buf: &mut Vec<u8>, info: &SiteInfo) {
     }
 }
 
-pub(super) fn site_sweep(buf: &mut Vec<u8>, s: &SiteSweep) {
-    put(buf, u64::from(s.site));
+pub(super) fn site_sweep(out: &mut impl Out, s: &SiteSweep) {
+    out.put(u64::from(s.site));
     for v in [
         s.survivors,
         s.bytes,
@@ -78,10 +105,10 @@ pub(super) fn site_sweep(buf: &mut Vec<u8>, s: &SiteSweep) {
         s.view_bytes,
         s.view_storage_bytes,
     ] {
-        put(buf, v);
+        out.put(v);
     }
-    buf.push(s.role.map_or(0, |r| r.index() as u8 + 1));
-    put(buf, s.holders.len() as u64);
+    out.byte(s.role.map_or(0, |r| r.index() as u8 + 1));
+    out.put(s.holders.len() as u64);
     for h in &s.holders {
         let (kind, site) = match h.holder {
             HolderSpec::Store { site } => (0, Some(site)),
@@ -89,21 +116,21 @@ pub(super) fn site_sweep(buf: &mut Vec<u8>, s: &SiteSweep) {
             HolderSpec::View { site } => (2, Some(site)),
             HolderSpec::Unknown => (3, None),
         };
-        buf.push(kind);
+        out.byte(kind);
         if let Some(site) = site {
-            put(buf, u64::from(site));
+            out.put(u64::from(site));
         }
-        put(buf, h.count);
+        out.put(h.count);
     }
-    put(buf, s.call_paths.len() as u64);
+    out.put(s.call_paths.len() as u64);
     for p in &s.call_paths {
-        put(buf, u64::from(*p));
+        out.put(u64::from(*p));
     }
 }
 
-pub(super) fn role_bytes(buf: &mut Vec<u8>, r: &RoleBytes) {
-    buf.push(r.role.index() as u8);
+pub(super) fn role_bytes(out: &mut impl Out, r: &RoleBytes) {
+    out.byte(r.role.index() as u8);
     for v in [r.bytes, r.tensors, r.temporary_bytes, r.temporary_tensors] {
-        put(buf, v);
+        out.put(v);
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::event::{read_events, EventReader, MemorySample, ReadError, ReadOutcome, SiteInfo};
-use crate::event::{Event, SiteNote};
+use crate::event::{Event, SiteNote, SiteSweep};
 use crate::post_mortem::PostMortem;
 use crate::roles::{CallFrame, Role, RoleBytes};
 
@@ -454,4 +454,41 @@ fn deltas_round_trip_at_the_extremes() {
     }
     assert_eq!(zigzag_delta(10, 9), 2);
     assert_eq!(zigzag_delta(9, 10), 1);
+}
+
+#[test]
+fn an_iteration_end_reads_back_at_any_length() {
+    let sweep = crate::event::line::tests::sweep;
+    let end = |sites: Vec<SiteSweep>| Event::IterationEnd {
+        t_ns: 70_000,
+        frame: 3,
+        iteration: 9,
+        duration_ns: 500,
+        live_tensors: 4,
+        live_bytes: 4_000,
+        sites,
+        roles: vec![RoleBytes {
+            role: Role::Activation,
+            bytes: u64::MAX,
+            tensors: 4,
+            temporary_bytes: 64,
+            temporary_tensors: 2,
+        }],
+    };
+    // Written into room made for its longest: no site, a length of one byte; three and
+    // forty sites, two bytes (the record moved up by one).
+    for n in [0, 3, 40] {
+        let events = [
+            Event::header(1, 2),
+            end((0..n).map(|i| sweep(i, true)).collect()),
+        ];
+        let bytes = binary(&events);
+        let frame = &bytes[binary(&events[..1]).len()..];
+        let length_bytes = if n == 0 { 1 } else { 2 };
+        assert_eq!(frame[length_bytes - 1] & 0x80, 0, "{n} sites");
+        assert_eq!(frame[length_bytes], tag::ITERATION_END, "{n} sites");
+        let (read, end, err) = read_all(&bytes);
+        assert!(end.is_none() && err.is_none(), "{end:?} {err:?}");
+        assert_eq!(read, events);
+    }
 }

@@ -4,12 +4,14 @@
 
 use super::MINOR_VERSION;
 use super::{born, tag, zigzag_delta, Running, FILE_HEADER_LEN, MAGIC, MAJOR_VERSION};
-use crate::event::{BornRef, Event, StepEvent};
-use crate::roles::CallFrame;
+use crate::event::{BornRef, Event, SiteSweep, StepEvent};
+use crate::roles::{CallFrame, RoleBytes};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::encode::{optionals, put, put_str, role_bytes, site_info, site_sweep};
+use super::encode::{
+    optionals, put, put_str, role_bytes, site_info, site_sweep, site_sweep_max, Out, ROLE_BYTES_MAX,
+};
 
 /// Buffered bytes that make the writer hand them to its output.
 const FLUSH_AT: usize = 1 << 16;
@@ -130,21 +132,31 @@ impl<W: Write> BinaryWriter<W> {
                 roles,
             } => {
                 let r = &mut self.running;
-                let f = Frame::open(&mut self.buf, tag::ITERATION_END);
-                put(f.buf, zigzag_delta(t_ns, r.t_ns));
+                // Written into room made for it at its longest (the tag, the six
+                // numbers, the two counts, the sites, the roles; every varint at ten
+                // bytes): no capacity test per byte.
+                let longest = 1
+                    + 6 * 10
+                    + 2 * 10
+                    + sites.iter().map(site_sweep_max).sum::<usize>()
+                    + roles.len() * ROLE_BYTES_MAX;
+                let start = self.buf.len();
+                self.buf.resize(start + 1 + longest, 0);
+                let mut out = InPlace {
+                    b: &mut self.buf[start + 1..],
+                    n: 0,
+                };
+                out.byte(tag::ITERATION_END);
+                let numbers = [frame, iteration, duration_ns, live_tensors, live_bytes];
+                iteration_end(&mut out, r, (t_ns, numbers), (sites, roles));
+                let end = start + 1 + out.n;
+                self.buf.truncate(end);
+                Frame {
+                    buf: &mut self.buf,
+                    start,
+                }
+                .close();
                 r.t_ns = t_ns;
-                for v in [frame, iteration, duration_ns, live_tensors, live_bytes] {
-                    put(f.buf, v);
-                }
-                put(f.buf, sites.len() as u64);
-                for s in sites {
-                    site_sweep(f.buf, s);
-                }
-                put(f.buf, roles.len() as u64);
-                for r in roles {
-                    role_bytes(f.buf, r);
-                }
-                f.close();
             }
         }
     }
@@ -413,22 +425,10 @@ impl Small {
     }
 }
 
-/// Where a record's varints go: a [`Small`] record or a growing frame.
-trait Out {
-    fn put(&mut self, v: u64);
-    fn byte(&mut self, b: u8);
-}
-
 impl Out for Small {
     #[inline(always)]
-    fn put(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.b[self.n] = v as u8 | 0x80;
-            self.n += 1;
-            v >>= 7;
-        }
-        self.b[self.n] = v as u8;
-        self.n += 1;
+    fn put(&mut self, v: u64) {
+        self.n = put_at(&mut self.b, self.n, v);
     }
 
     #[inline(always)]
@@ -438,15 +438,58 @@ impl Out for Small {
     }
 }
 
-impl Out for Vec<u8> {
+/// `v` as a varint at `b[n..]`; the index after it.
+#[inline(always)]
+fn put_at(b: &mut [u8], mut n: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        b[n] = v as u8 | 0x80;
+        n += 1;
+        v >>= 7;
+    }
+    b[n] = v as u8;
+    n + 1
+}
+
+/// A record written into room made for it at the end of the buffer: its bytes from the
+/// start of `b`.
+struct InPlace<'a> {
+    b: &'a mut [u8],
+    n: usize,
+}
+
+impl Out for InPlace<'_> {
     #[inline(always)]
     fn put(&mut self, v: u64) {
-        put(self, v)
+        self.n = put_at(self.b, self.n, v);
     }
 
     #[inline(always)]
     fn byte(&mut self, b: u8) {
-        self.push(b)
+        self.b[self.n] = b;
+        self.n += 1;
+    }
+}
+
+/// The payload of an `iteration_end` record: the time (against `r`), the frame,
+/// iteration, duration, live tensors and bytes, then the sites' summaries and the roles.
+#[inline(always)]
+fn iteration_end(
+    out: &mut impl Out,
+    r: &Running,
+    (t_ns, numbers): (u64, [u64; 5]),
+    (sites, roles): (&[SiteSweep], &[RoleBytes]),
+) {
+    out.put(zigzag_delta(t_ns, r.t_ns));
+    for v in numbers {
+        out.put(v);
+    }
+    out.put(sites.len() as u64);
+    for s in sites {
+        site_sweep(out, s);
+    }
+    out.put(roles.len() as u64);
+    for role in roles {
+        role_bytes(out, role);
     }
 }
 
