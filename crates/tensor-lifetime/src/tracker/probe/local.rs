@@ -67,21 +67,21 @@ thread_local! {
 
 thread_local! {
     pub(crate) static LOCAL: Local = {
-        let (buf, log) = if RINGS.on.load(Ordering::Acquire) {
-            let (buf, before) = RINGS.buffers.register();
-            if before > 0 {
-                // From now on probes take a global order (see [`super::enter`]).
-                RINGS.threaded.store(true, Ordering::Relaxed);
-            }
-            let log = if RINGS.logging.load(Ordering::Relaxed) {
-                RINGS.logged.register().0
-            } else {
-                Producer::unregistered()
-            };
-            (buf, log)
+        // One ring registered, the one the probes use: the drain visits (and drops,
+        // once their threads are gone) only those of its kind.
+        let (buf, log, before) = if !RINGS.on.load(Ordering::Acquire) {
+            (Producer::unregistered(), Producer::unregistered(), 0)
+        } else if RINGS.logging.load(Ordering::Relaxed) {
+            let (log, before) = RINGS.logged.register();
+            (Producer::unregistered(), log, before)
         } else {
-            (Producer::unregistered(), Producer::unregistered())
+            let (buf, before) = RINGS.buffers.register();
+            (buf, Producer::unregistered(), before)
         };
+        if before > 0 {
+            // From now on probes take a global order (see [`super::enter`]).
+            RINGS.threaded.store(true, Ordering::Relaxed);
+        }
         Local {
             buf,
             log,
