@@ -16,8 +16,8 @@ pub(super) fn put(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
-/// Where a record's varints and bytes go: a record gathered on the stack (the writer's)
-/// or the growing buffer of a frame.
+/// Where a record's varints and bytes go: the growing buffer of a frame, or (the
+/// writer's) a record gathered on the stack or written into room made for it.
 pub(super) trait Out {
     fn put(&mut self, v: u64);
     fn byte(&mut self, b: u8);
@@ -34,14 +34,6 @@ impl Out for Vec<u8> {
         self.push(b)
     }
 }
-
-/// The most bytes [`site_sweep`] writes for `s` (every varint at its longest).
-pub(super) fn site_sweep_max(s: &SiteSweep) -> usize {
-    5 + 10 * 10 + 1 + 10 + s.holders.len() * (1 + 5 + 10) + 10 + s.call_paths.len() * 5
-}
-
-/// The most bytes [`role_bytes`] writes.
-pub(super) const ROLE_BYTES_MAX: usize = 1 + 4 * 10;
 
 /// A string in place: its length in bytes (a varint), then its UTF-8 bytes.
 pub(super) fn put_str(buf: &mut Vec<u8>, s: &str) {
@@ -91,6 +83,12 @@ pub(super) fn site_info(buf: &mut Vec<u8>, info: &SiteInfo) {
     }
 }
 
+/// The most bytes [`site_sweep`] writes for `s` (every varint at its longest: a site or
+/// call path 5, any other number 10): kept beside it, which it bounds.
+pub(super) fn site_sweep_max(s: &SiteSweep) -> usize {
+    5 + 10 * 10 + 1 + 10 + s.holders.len() * (1 + 5 + 10) + 10 + s.call_paths.len() * 5
+}
+
 pub(super) fn site_sweep(out: &mut impl Out, s: &SiteSweep) {
     out.put(u64::from(s.site));
     for v in [
@@ -127,6 +125,9 @@ pub(super) fn site_sweep(out: &mut impl Out, s: &SiteSweep) {
         out.put(u64::from(*p));
     }
 }
+
+/// The most bytes [`role_bytes`] writes.
+pub(super) const ROLE_BYTES_MAX: usize = 1 + 4 * 10;
 
 pub(super) fn role_bytes(out: &mut impl Out, r: &RoleBytes) {
     out.byte(r.role.index() as u8);

@@ -492,3 +492,50 @@ fn an_iteration_end_reads_back_at_any_length() {
         assert_eq!(read, events);
     }
 }
+
+#[test]
+fn the_longest_summary_and_role_fit_the_room_made_for_them() {
+    use super::encode::{role_bytes, site_sweep, site_sweep_max, ROLE_BYTES_MAX};
+    use crate::event::{HolderCount, HolderSpec};
+    let most = u64::MAX;
+    let s = SiteSweep {
+        site: u32::MAX,
+        survivors: most,
+        bytes: most,
+        iterations: most,
+        first_iteration: most,
+        last_iteration: most,
+        refcount: most,
+        graph_tensors: most,
+        graph_bytes: most,
+        view_bytes: most,
+        view_storage_bytes: most,
+        role: Some(Role::OptimizerState),
+        holders: [
+            HolderSpec::Store { site: u32::MAX },
+            HolderSpec::Graph { site: u32::MAX },
+            HolderSpec::View { site: u32::MAX },
+            HolderSpec::Unknown,
+        ]
+        .into_iter()
+        .map(|holder| HolderCount {
+            holder,
+            count: most,
+        })
+        .collect(),
+        call_paths: vec![u32::MAX; 4],
+    };
+    let mut buf = Vec::new();
+    site_sweep(&mut buf, &s);
+    assert!(buf.len() <= site_sweep_max(&s), "{} bytes", buf.len());
+    buf.clear();
+    let r = RoleBytes {
+        role: Role::Gradient,
+        bytes: most,
+        tensors: most,
+        temporary_bytes: most,
+        temporary_tensors: most,
+    };
+    role_bytes(&mut buf, &r);
+    assert_eq!(buf.len(), ROLE_BYTES_MAX);
+}

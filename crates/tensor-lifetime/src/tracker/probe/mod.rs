@@ -350,7 +350,7 @@ fn enter_with<const LOGGED: bool>(
         };
         drop(stack);
         let (probe, at) = ((site, store, hint), (birth, serial, seq, first));
-        // Full: the probes go to the registry now (the buffer keeps its size).
+        // A full ring: the probes go to the registry now (the ring keeps its size).
         if LOGGED {
             let entry = || LoggedProbe {
                 logged: Logged::of(t, seq, stamp, local.thread),
