@@ -289,7 +289,12 @@ fn decode(program: &[u8]) -> Vec<Event> {
                     process_resident: b.opt(),
                 },
             },
-            _ => match b.byte() % 2 {
+            _ => match b.byte() % 3 {
+                // Sampled from here on: every later birth weighs more (any interval but 0,
+                // which a reader refuses).
+                2 => Event::Sampling {
+                    interval: b.num().max(1),
+                },
                 0 => Event::Alias {
                     tensor: b.small(32),
                     site: b.small(8) as u32,

@@ -118,6 +118,32 @@ pub struct Totals {
     pub leaks: u64,
     pub live_bytes: u64,
     pub peak_live_bytes: u64,
+    /// The run's figures are estimates from the sampled mode ([`Report::estimated`]),
+    /// one tensor per `sample_interval` bytes on average.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub estimated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_interval: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Totals {
+    /// What the summary says after a sampled run's figures (empty for an exact run).
+    pub fn estimate_suffix(&self) -> String {
+        if !self.estimated {
+            return String::new();
+        }
+        match self.sample_interval {
+            Some(i) => format!(
+                " (estimated: sampled, one per {} on average)",
+                format_bytes(i)
+            ),
+            None => " (estimated: sampled)".to_string(),
+        }
+    }
 }
 
 impl From<&Report> for Totals {
@@ -127,6 +153,8 @@ impl From<&Report> for Totals {
             leaks: r.leaks().count() as u64,
             live_bytes: r.live_bytes,
             peak_live_bytes: r.peak_live_bytes,
+            estimated: r.estimated,
+            sample_interval: r.sample_interval,
         }
     }
 }
@@ -266,10 +294,11 @@ impl fmt::Display for Diff {
         for (name, t) in [("base", &self.base), ("new", &self.new)] {
             writeln!(
                 f,
-                "  {name:<4} {}, {}; peak live {}",
+                "  {name:<4} {}, {}; peak live {}{}",
                 plural(t.findings as usize, "finding", "findings"),
                 plural(t.leaks as usize, "leak", "leaks"),
-                format_bytes(t.peak_live_bytes)
+                format_bytes(t.peak_live_bytes),
+                t.estimate_suffix()
             )?;
         }
         if self.sites.is_empty() {

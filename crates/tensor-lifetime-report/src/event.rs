@@ -61,6 +61,12 @@ pub enum Event {
         #[serde(flatten)]
         info: SiteInfo,
     },
+    /// From here on the tracker records a sample of the tensors, one per `interval`
+    /// bytes on average (`TENSOR_LIFETIME_SAMPLE`): the sweeps' figures that follow are
+    /// estimates, scaled by the inverse sampling probability, and its `born` events are
+    /// the sampled tensors only. Written before the first such sweep, and again when the
+    /// interval changes.
+    Sampling { interval: u64 },
     /// A loop frame (one run of a loop) opened. `site` is the loop's site.
     LoopStart {
         t_ns: u64,
@@ -192,6 +198,7 @@ impl Event {
             | Event::PostMortem { t_ns, .. } => Some(*t_ns),
             Event::Header { .. }
             | Event::Site { .. }
+            | Event::Sampling { .. }
             | Event::Alias { .. }
             | Event::CallPath { .. } => None,
         }

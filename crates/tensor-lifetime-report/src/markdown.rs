@@ -119,6 +119,9 @@ pub fn report(r: &Report, links: &Links) -> String {
         r.live_tensors,
         format_bytes(r.peak_live_bytes)
     );
+    if let Some(note) = r.estimate_note() {
+        let _ = writeln!(out, "_{}_\n", cell(&note));
+    }
     if r.findings.is_empty() {
         out.push_str("No tensor outlived the iteration that made it.\n");
         return out;
@@ -150,7 +153,8 @@ pub fn diff(d: &Diff, links: &Links) -> String {
     for (name, t) in [("base", &d.base), ("new", &d.new)] {
         let _ = writeln!(
             out,
-            "| {name} | {} | {} | {} | {} |",
+            "| {name}{} | {} | {} | {} | {} |",
+            t.estimate_suffix(),
             t.findings,
             t.leaks,
             format_bytes(t.live_bytes),

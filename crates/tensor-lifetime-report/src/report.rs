@@ -326,16 +326,11 @@ impl Report {
         self.sample_interval = Some(interval);
     }
 
-    /// The sentence that says the figures are estimates, when they are.
+    /// The sentence that says the figures are estimates, when they are
+    /// ([`crate::model::estimate_sentence`]).
     pub fn estimate_note(&self) -> Option<String> {
-        self.estimated.then(|| {
-            let every = self
-                .sample_interval
-                .map_or_else(|| "a sample".to_string(), |i| format!("one per {} on average", format_bytes(i)));
-            format!(
-                "estimated: tensors sampled by size ({every}); counts and bytes are scaled by the inverse sampling probability"
-            )
-        })
+        self.estimated
+            .then(|| crate::model::estimate_sentence(self.sample_interval))
     }
 
     /// Pretty JSON.

@@ -10,6 +10,8 @@
 //!   counter holds its value until the next);
 //! - `X` complete events: one per loop iteration (`'epoch #3`) and one per loop run,
 //!   on the thread that ran the loop, so nested loops nest;
+//! - an `i` instant event (process scope, category `sampling`) where the log says the
+//!   process samples its tensors: the counters after it are estimates;
 //! - `i` instant events (global scope) for the report's findings, at the iteration end
 //!   where the judging loop reached the finding's iteration with the finding's survivors
 //!   (or at the end of the trace when no such point is seen).
@@ -246,9 +248,20 @@ impl<W: Write> TraceWriter<W> {
                 device,
                 sample,
             } => self.memory(*t_ns, device, sample),
+            Event::Sampling { interval } => self.sampling(*interval),
             Event::Born { .. } | Event::Stored { .. } | Event::Dropped { .. } => Ok(()),
             Event::Alias { .. } | Event::CallPath { .. } | Event::PostMortem { .. } => Ok(()),
         }
+    }
+
+    /// The process samples from here on: an instant event (process scope) that says
+    /// its counters are estimates, in the report's words.
+    fn sampling(&mut self, interval: u64) -> io::Result<()> {
+        self.name_process()?;
+        let args = json!({ "estimated": true, "sample_interval": interval });
+        let name = crate::model::estimate_sentence(Some(interval));
+        let rest = format!(",\"s\":\"p\",\"cat\":\"sampling\",\"args\":{args}");
+        self.emit("i", &name, self.t_last, 0, &rest)
     }
 
     fn header(&mut self, pid: u32) -> io::Result<()> {

@@ -28,7 +28,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use tensor_lifetime_report::event::SiteSweep;
+use tensor_lifetime_report::model::{sample_probability, sample_weight};
 use tensor_lifetime_report::size::parse_size;
 
 /// How the tracker chooses the tensors it records.
@@ -327,20 +327,18 @@ pub(crate) fn probability(bytes: u64) -> f64 {
 
 /// [`probability`] at `interval` (0 or unset: exact).
 fn probability_at(interval: u64, bytes: u64) -> f64 {
-    if interval == 0 || interval == UNSET {
+    if interval == UNSET {
         return 1.0;
     }
-    -(-(bytes as f64) / interval as f64).exp_m1()
+    sample_probability(interval, bytes)
 }
 
 /// What one sampled tensor of `bytes` own bytes stands for: `1 / p` tensors (1 in exact
 /// mode; 0 for a tensor of no bytes, which is never sampled).
 pub(crate) fn weight(bytes: u64) -> f64 {
-    let p = probability(bytes);
-    if p > 0.0 {
-        1.0 / p
-    } else {
-        0.0
+    match INTERVAL.load(Ordering::Relaxed) {
+        UNSET => 1.0,
+        interval => sample_weight(interval, bytes),
     }
 }
 
@@ -388,27 +386,6 @@ pub fn detection_bound(leak_bytes: u64, interval: u64, confidence: f64) -> u64 {
 /// `n choose j` as a float (small `j`).
 fn binomial(n: u64, j: u64) -> f64 {
     (0..j).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-}
-
-/// Scales the survivors' summaries of a sampled sweep to estimates: each site's counts
-/// and bytes times the weight of a tensor of its survivors' mean own bytes (a view's own
-/// bytes are its view bytes; the sample chose by them). A site's tensors mostly share
-/// one shape, so the mean is their size.
-pub(crate) fn scale_sites(sites: &mut [SiteSweep]) {
-    for s in sites.iter_mut().filter(|s| s.survivors > 0) {
-        let own = if s.view_bytes > 0 {
-            s.view_bytes
-        } else {
-            s.bytes
-        };
-        let w = weight((own / s.survivors).max(1));
-        let scale = |v: &mut u64| *v = (*v as f64 * w).round() as u64;
-        scale(&mut s.survivors);
-        scale(&mut s.bytes);
-        scale(&mut s.view_bytes);
-        scale(&mut s.view_storage_bytes);
-        s.holders.iter_mut().for_each(|h| scale(&mut h.count));
-    }
 }
 
 /// A tensor's draw, uniform in `[0, 2^64)` over seeds: the creation serial's Weyl

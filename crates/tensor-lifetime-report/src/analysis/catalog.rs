@@ -15,6 +15,10 @@ pub struct Catalog {
     call_paths: HashMap<u32, Vec<CallFrame>>,
     /// Tensors born per site, and their bytes.
     born: SiteMap<Births>,
+    /// The sampled mode's births per site as the sums of their weights (tensors, bytes),
+    /// of which `born` holds the rounded values: kept for the sites born at since the log
+    /// said it samples.
+    estimates: SiteMap<(f64, f64)>,
 }
 
 /// The tensors born at one site so far: how many, and their own bytes (a view's, not
@@ -96,5 +100,19 @@ impl Catalog {
         let b = self.born.get_or_default(site);
         b.tensors += 1;
         b.bytes = b.bytes.saturating_add(bytes);
+    }
+
+    /// A sampled birth at `site` of `bytes` own bytes that stands for `weight` tensors
+    /// ([`crate::model::sample_weight`]): the site's births are estimates from then on.
+    pub(super) fn born_sampled(&mut self, site: u32, bytes: u64, weight: f64) {
+        let b = self.born.get_or_default(site);
+        let e = self.estimates.get_or_default(site);
+        if *e == (0.0, 0.0) {
+            *e = (b.tensors as f64, b.bytes as f64);
+        }
+        e.0 += weight;
+        e.1 += weight * bytes as f64;
+        // `as` saturates: a corrupt log's sizes stay finite numbers.
+        (b.tensors, b.bytes) = (e.0.round() as u64, e.1.round() as u64);
     }
 }

@@ -21,6 +21,9 @@ pub enum Input<'a> {
     CallPath { id: u32, frames: &'a [CallFrame] },
     /// What was live at one moment ([`Event::PostMortem`]).
     PostMortem(&'a PostMortem),
+    /// The tracker samples from here on, one tensor per `interval` bytes on average
+    /// ([`Event::Sampling`]): the figures that follow are estimates.
+    Sampling { interval: u64 },
     /// A loop frame opened ([`Event::LoopStart`]).
     LoopStart {
         frame: u64,
@@ -78,6 +81,9 @@ impl<'a> Input<'a> {
             Event::Header { .. } | Event::Alias { .. } | Event::Stored { .. } => return None,
             Event::Site { id, info } => Input::Site { id: *id, info },
             Event::CallPath { id, frames } => Input::CallPath { id: *id, frames },
+            Event::Sampling { interval } => Input::Sampling {
+                interval: *interval,
+            },
             Event::PostMortem { post_mortem, .. } => Input::PostMortem(post_mortem),
             Event::LoopStart {
                 frame,

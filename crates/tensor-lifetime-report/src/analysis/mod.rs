@@ -149,6 +149,11 @@ impl Analysis {
         self.sample_interval = interval;
     }
 
+    /// The sampled mode's interval the figures are estimated at, once an input said so.
+    pub fn sample_interval(&self) -> Option<u64> {
+        self.sample_interval
+    }
+
     /// The knobs in use.
     pub fn judgement(&self) -> Judgement {
         self.frames.judgement()
@@ -179,6 +184,7 @@ impl Analysis {
         match input {
             Input::Site { id, info } => self.catalog.declare_site(id, info),
             Input::CallPath { id, frames } => self.catalog.declare_call_path(id, frames),
+            Input::Sampling { interval } => self.sample_interval = Some(interval),
             Input::PostMortem(post_mortem) => {
                 self.post_mortem = Some(Box::new(post_mortem.clone()));
             }
@@ -203,7 +209,13 @@ impl Analysis {
                 dropped,
                 ..
             } => {
-                self.catalog.born(site, bytes);
+                match self.sample_interval {
+                    None => self.catalog.born(site, bytes),
+                    Some(interval) => {
+                        let weight = crate::model::sample_weight(interval, bytes);
+                        self.catalog.born_sampled(site, bytes, weight);
+                    }
+                }
                 if !dropped {
                     // Saturating: `live_tensors` comes from the log's sweeps, which a
                     // corrupt log may set to anything.

@@ -5,7 +5,7 @@
 use super::{Allocated, LiveGroup, LiveProfile};
 use crate::event::Event;
 use crate::fast_hash::HashMap;
-use crate::model::HolderSpec;
+use crate::model::{born_weight, HolderSpec};
 use crate::roles::Role;
 use crate::Analysis;
 use std::collections::BTreeMap;
@@ -31,6 +31,8 @@ struct Tensor {
     device: u32,
     /// The latest store it went through (0: none).
     store: u32,
+    /// The tensors it stands for: 1, or in a sampled log the inverse of its probability.
+    weight: f64,
 }
 
 /// What the latest sweep said of a site's survivors.
@@ -49,8 +51,11 @@ pub struct LiveReplay {
     done: bool,
     analysis: Analysis,
     live: HashMap<u64, Tensor>,
-    /// Live tensors of each storage, and its bytes.
+    /// Live tensors of each storage, and its bytes (times its first tensor's weight in a
+    /// sampled log).
     storages: HashMap<u64, (u64, u64)>,
+    /// The log samples its tensors at this mean interval ([`Event::Sampling`]).
+    sample_interval: Option<u64>,
     devices: Vec<String>,
     sites: HashMap<u32, SiteSeen>,
     outermost: Vec<u64>,
@@ -69,6 +74,7 @@ impl LiveReplay {
             analysis: Analysis::default(),
             live: HashMap::default(),
             storages: HashMap::default(),
+            sample_interval: None,
             devices: Vec::new(),
             sites: HashMap::default(),
             outermost: Vec::new(),
@@ -91,6 +97,7 @@ impl LiveReplay {
             Event::Header {
                 started_unix_ms, ..
             } => self.started_unix_ms = *started_unix_ms,
+            Event::Sampling { interval } => self.sample_interval = Some(*interval),
             Event::Born {
                 t_ns,
                 tensor,
@@ -98,8 +105,13 @@ impl LiveReplay {
                 bytes,
                 storage,
                 device,
+                shape,
+                dtype,
                 ..
             } => {
+                let weight = born_weight(self.sample_interval, shape.as_deref(), dtype, *bytes);
+                // `as` saturates: a corrupt log's sizes stay finite numbers.
+                let counted = (*bytes as f64 * weight).round() as u64;
                 self.t_ns = *t_ns;
                 self.drop_tensor(*tensor);
                 let device = match self.devices.iter().position(|d| d == device) {
@@ -109,10 +121,10 @@ impl LiveReplay {
                         self.devices.len() - 1
                     }
                 } as u32;
-                let s = self.storages.entry(*storage).or_insert((0, *bytes));
+                let s = self.storages.entry(*storage).or_insert((0, counted));
                 if s.0 == 0 {
-                    s.1 = *bytes;
-                    self.live_bytes = self.live_bytes.saturating_add(*bytes);
+                    s.1 = counted;
+                    self.live_bytes = self.live_bytes.saturating_add(counted);
                 }
                 s.0 += 1;
                 let t = Tensor {
@@ -121,6 +133,7 @@ impl LiveReplay {
                     bytes: *bytes,
                     device,
                     store: 0,
+                    weight,
                 };
                 self.live.insert(*tensor, t);
                 if self.live_bytes > self.peak.0 {
@@ -213,8 +226,9 @@ impl LiveReplay {
         let mut tensors: Vec<(&u64, &Tensor)> = self.live.iter().collect();
         tensors.sort_unstable_by_key(|(id, _)| **id);
         let mut owned: HashMap<u64, ()> = HashMap::default();
-        // (site, device, holder) -> (bytes, tensors), in a stable order.
-        let mut groups: BTreeMap<(u32, u32, HolderSpec), (u64, u64)> = BTreeMap::new();
+        // (site, device, holder) -> (bytes, tensors), in a stable order: sums of the
+        // tensors' weights (each 1 in an exact log).
+        let mut groups: BTreeMap<(u32, u32, HolderSpec), (f64, f64)> = BTreeMap::new();
         for (_, t) in tensors {
             let owns = owned.insert(t.storage, ()).is_none();
             let seen = self.sites.get(&t.site).copied().unwrap_or_default();
@@ -224,8 +238,10 @@ impl LiveReplay {
                 None => HolderSpec::Unknown,
             };
             let g = groups.entry((t.site, t.device, holder)).or_default();
-            g.0 += if owns { t.bytes } else { 0 };
-            g.1 += 1;
+            if owns {
+                g.0 += t.bytes as f64 * t.weight;
+            }
+            g.1 += t.weight;
         }
         let path = |site: u32| {
             let seen = self.sites.get(&site).copied().unwrap_or_default();
@@ -244,9 +260,11 @@ impl LiveReplay {
                     .and_then(|s| s.role)
                     .unwrap_or_default(),
                 device: self.devices[device as usize].clone(),
-                holder: catalog.holder_ref(&holder, tensors).to_string(),
-                bytes,
-                tensors,
+                holder: catalog
+                    .holder_ref(&holder, tensors.round() as u64)
+                    .to_string(),
+                bytes: bytes.round() as u64,
+                tensors: tensors.round() as u64,
             })
             .collect();
         live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
@@ -260,7 +278,12 @@ impl LiveReplay {
             allocated,
             time_unix_ns: start_ns.saturating_add(t_ns),
             duration_ns: t_ns,
-            comments: vec![format!("tensor-lifetime: live tensors {what}")],
+            comments: std::iter::once(format!("tensor-lifetime: live tensors {what}"))
+                .chain(
+                    self.sample_interval
+                        .map(|i| crate::model::estimate_sentence(Some(i))),
+                )
+                .collect(),
         }
     }
 }

@@ -18,7 +18,7 @@
 //! [`crate::Report`] beside this timeline.
 
 use crate::event::Event;
-use crate::model::{MemorySample, SiteInfo, SiteRef, SiteSweep};
+use crate::model::{born_weight, MemorySample, SiteInfo, SiteRef, SiteSweep};
 use crate::roles::RoleBytes;
 use downsample::Downsampler;
 use std::collections::{BTreeMap, HashMap};
@@ -94,6 +94,9 @@ pub struct SiteStats {
 struct LiveStorage {
     site: u32,
     bytes: u64,
+    /// What it counts for in its site's live bytes: `bytes`, times its first tensor's
+    /// weight in a sampled log.
+    counted: u64,
     tensors: u32,
     generation: u32,
 }
@@ -115,6 +118,11 @@ pub struct TimelineBuilder {
     tensors: HashMap<u64, (u64, u32)>,
     storages: HashMap<u64, LiveStorage>,
     site_live: HashMap<u32, u64>,
+    /// Births per site: the sums of their weights (tensors, bytes; each 1 in an exact log).
+    births: HashMap<u32, (f64, f64)>,
+    /// The log samples its tensors at this mean interval ([`Event::Sampling`]): a birth
+    /// stands for the inverse of its probability.
+    sample_interval: Option<u64>,
     points: Downsampler<Point>,
     memory: BTreeMap<String, Downsampler<MemoryPoint>>,
     marks: Downsampler<Mark>,
@@ -148,6 +156,8 @@ impl TimelineBuilder {
             tensors: HashMap::new(),
             storages: HashMap::new(),
             site_live: HashMap::new(),
+            births: HashMap::new(),
+            sample_interval: None,
             points: Downsampler::new(max_points),
             memory: BTreeMap::new(),
             marks: Downsampler::new(MAX_MARKS),
@@ -187,6 +197,7 @@ impl TimelineBuilder {
             self.time(t_ns);
         }
         match event {
+            Event::Sampling { interval } => self.sample_interval = Some(*interval),
             Event::Header { .. }
             | Event::Alias { .. }
             | Event::CallPath { .. }
@@ -209,8 +220,13 @@ impl TimelineBuilder {
                 site,
                 bytes,
                 storage,
+                shape,
+                dtype,
                 ..
-            } => self.born(*tensor, *site, *bytes, *storage),
+            } => {
+                let weight = born_weight(self.sample_interval, shape.as_deref(), dtype, *bytes);
+                self.born(*tensor, *site, (*bytes, weight), *storage)
+            }
             Event::Stored { site, .. } => {
                 self.stats.entry(*site).or_default().stored += 1;
             }
@@ -256,10 +272,13 @@ impl TimelineBuilder {
 
     /// A birth: counted at its site, and its storage's bytes made live there unless it is
     /// a view of a live storage.
-    fn born(&mut self, tensor: u64, site: u32, bytes: u64, storage: u64) {
-        let stats = self.stats.entry(site).or_default();
-        stats.born += 1;
-        stats.born_bytes = stats.born_bytes.saturating_add(bytes);
+    /// A birth at `site` of a tensor of storage `bytes` that stands for `weight` tensors
+    /// (1 but in a sampled log).
+    fn born(&mut self, tensor: u64, site: u32, (bytes, weight): (u64, f64), storage: u64) {
+        self.stats.entry(site).or_default();
+        let births = self.births.entry(site).or_default();
+        births.0 += weight;
+        births.1 += weight * bytes as f64;
         if self.tensors.contains_key(&tensor) {
             return;
         }
@@ -276,18 +295,21 @@ impl TimelineBuilder {
             }
         } else {
             if let Some(old) = self.storages.remove(&storage) {
-                self.sub_live(old.site, old.bytes);
+                self.sub_live(old.site, old.counted);
             }
+            // `as` saturates: a corrupt log's sizes stay finite numbers.
+            let counted = (bytes as f64 * weight).round() as u64;
             self.storages.insert(
                 storage,
                 LiveStorage {
                     site,
                     bytes,
+                    counted,
                     tensors: 1,
                     generation,
                 },
             );
-            self.add_live(site, bytes);
+            self.add_live(site, counted);
         }
         self.tensors.insert(tensor, (storage, generation));
     }
@@ -305,7 +327,7 @@ impl TimelineBuilder {
         }
         s.tensors -= 1;
         if s.tensors == 0 {
-            let (site, bytes) = (s.site, s.bytes);
+            let (site, bytes) = (s.site, s.counted);
             self.storages.remove(&storage);
             self.sub_live(site, bytes);
         }
@@ -385,6 +407,10 @@ impl TimelineBuilder {
         let mut stats = self.stats;
         for (site, bytes) in &self.site_live {
             stats.entry(*site).or_default().live_bytes = *bytes;
+        }
+        for (site, (tensors, bytes)) in &self.births {
+            let s = stats.entry(*site).or_default();
+            (s.born, s.born_bytes) = (tensors.round() as u64, bytes.round() as u64);
         }
         let (points, stride) = self.points.finish();
         let (marks, _) = self.marks.finish();

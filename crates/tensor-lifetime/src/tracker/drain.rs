@@ -107,6 +107,7 @@ impl Tracker {
     /// clock is read first (the probes' stamps are placed by it, [`super::clock`]) and
     /// the probes come from the log's rings.
     pub(super) fn drain(&self, st: &mut State) {
+        st.parts.sink.sampling(sample::interval());
         if self.timed {
             st.clock.read();
             let mut merged = std::mem::take(&mut st.drained_logged);

@@ -7,7 +7,7 @@ use super::frames::{FrameState, SessionJudgement};
 use super::inputs::Input;
 use super::probe::{in_session, set_iteration, set_iteration_later, OpenLoop, LOCAL};
 use super::sink::Printed;
-use super::sweep::{Parts, Walk};
+use super::sweep::{self, Parts, Walk};
 use super::{monitor, State, Tracker};
 use crate::phase_timing::{timed, HotPhase};
 use crate::sample;
@@ -234,9 +234,9 @@ impl Tracker {
                 let State { parts, sweeper, .. } = &mut *st;
                 if sampled {
                     self.settle_quiet((frame, iteration), probes, parts.registry.len());
-                    if let Some(interval) = sample::interval() {
-                        sample::scale_sites(sweeper.sites_mut());
-                        parts.sink.sampled(interval);
+                    if sample::interval().is_some() {
+                        sweep::estimate_sites(sweeper.sites_mut(), sample::weight);
+                        sweep::estimate_temporaries(&mut roles, sample::weight);
                     }
                 }
                 parts.sink.iteration_end(

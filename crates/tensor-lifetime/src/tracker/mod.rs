@@ -354,8 +354,25 @@ impl State {
 
     /// The sweep `walk` at `t_ns` (`log`: an event log is written), with the parts it
     /// works on lent to the walks ([`Sweeper::sweep`]).
+    /// In the sampled mode (outside a leak test) its figures are estimates
+    /// ([`sweep::estimate_live`]).
     fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
-        self.sweeper.sweep(walk, t_ns, log, &mut self.parts)
+        let mut result = self.sweeper.sweep(walk, t_ns, log, &mut self.parts);
+        if crate::sample::interval().is_some() && !probe::in_session() {
+            let Parts {
+                registry,
+                devices,
+                roles,
+                ..
+            } = &mut self.parts;
+            sweep::estimate_live(
+                registry,
+                (devices, roles),
+                &mut result,
+                crate::sample::weight,
+            );
+        }
+        result
     }
 
     /// The automatic report at an iteration end or the end of outermost loop `frame`.

@@ -285,10 +285,23 @@ impl Sink {
             .note_iteration_end(frame, iteration, live_tensors, live_bytes, sites, roles);
     }
 
-    /// Says that the judgement's survivors outside leak tests are estimates from a sample
-    /// taken every `interval` bytes on average (reports say so).
-    pub(super) fn sampled(&mut self, interval: u64) {
-        self.analysis.set_sample_interval(Some(interval));
+    /// The sampled mode's interval now (`None`: exact), said at every drain: once it is a
+    /// new interval, the judgement's survivors outside leak tests are estimates from a
+    /// sample taken every `interval` bytes on average. Reports say so, and so does the
+    /// log: its `sampling` event comes before the births the drain writes and the sweeps
+    /// it scales.
+    #[inline]
+    pub(super) fn sampling(&mut self, interval: Option<u64>) {
+        if let Some(interval) = interval {
+            if self.analysis.sample_interval() != Some(interval) {
+                self.sampling_from(interval);
+            }
+        }
+    }
+
+    #[cold]
+    fn sampling_from(&mut self, interval: u64) {
+        self.emit(Event::Sampling { interval });
     }
 
     /// The report of every loop now.

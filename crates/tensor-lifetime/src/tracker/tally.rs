@@ -69,6 +69,18 @@ impl Devices {
         };
     }
 
+    /// A sampled sweep's live bytes made estimates: each device's times `per_byte` of it
+    /// (its peak follows). Returns the live bytes of all devices.
+    pub(super) fn scale_live(&mut self, per_byte: impl Fn(DeviceId) -> f64) -> u64 {
+        let mut live = 0;
+        for (device, d) in &mut self.list {
+            d.live = scaled(d.live, per_byte(*device));
+            d.peak = d.peak.max(d.live);
+            live += d.live;
+        }
+        live
+    }
+
     /// Forgets the old records' bytes (they are counted again).
     pub(super) fn clear_old(&mut self) {
         for (_, d) in &mut self.list {
@@ -237,6 +249,17 @@ impl RoleTally {
         *counted = RoleCounts::default();
     }
 
+    /// A sampled sweep's split made estimates: each role's tensors are the weights of
+    /// its records, its bytes what the sweep counted times their weight per byte
+    /// (`weights` by role index).
+    pub(super) fn scale_live(&mut self, weights: impl Fn(usize) -> Weights) {
+        for r in &mut self.split {
+            let w = weights(r.role.index());
+            r.tensors = w.tensors.round() as u64;
+            r.bytes = scaled(r.bytes, w.per_byte());
+        }
+    }
+
     /// An iteration end: its split, one entry per role (give it back with
     /// [`RoleTally::put_back`], which starts the temporaries over from `next_record`).
     #[inline]
@@ -266,6 +289,37 @@ const ROLES: usize = 6;
 #[inline]
 fn slot(code: u8) -> usize {
     usize::from(code) & (SLOTS - 1)
+}
+
+/// What the records of one device or one role weigh: their weights, and their storages'
+/// bytes as counted and weighted.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(super) struct Weights {
+    pub(super) tensors: f64,
+    bytes: f64,
+    weighted: f64,
+}
+
+impl Weights {
+    pub(super) fn add(&mut self, weight: f64, bytes: u64) {
+        self.tensors += weight;
+        self.bytes += bytes as f64;
+        self.weighted += weight * bytes as f64;
+    }
+
+    /// What a byte of these records stands for: 1 when they have none.
+    pub(super) fn per_byte(&self) -> f64 {
+        if self.bytes > 0.0 {
+            self.weighted / self.bytes
+        } else {
+            1.0
+        }
+    }
+}
+
+/// `v` scaled by `factor`, rounded (`as` saturates: no overflow).
+pub(super) fn scaled(v: u64, factor: f64) -> u64 {
+    (v as f64 * factor).round() as u64
 }
 
 #[cfg(test)]

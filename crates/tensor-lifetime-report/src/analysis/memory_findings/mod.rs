@@ -180,7 +180,10 @@ impl MemoryFindings {
                 ..
             } => self.born(site, frame, iteration, bytes, shape),
             Input::Memory { device, sample } => self.memory(device, sample),
-            Input::Site { .. } | Input::CallPath { .. } | Input::PostMortem(_) => {}
+            Input::Site { .. }
+            | Input::CallPath { .. }
+            | Input::Sampling { .. }
+            | Input::PostMortem(_) => {}
             Input::Dropped => {}
         }
     }

@@ -34,7 +34,7 @@ pub const MAGIC: [u8; 8] = *b"\x89TLEV\r\n\x1a";
 pub const MAJOR_VERSION: u8 = 1;
 /// The minor version: records added within a major version get new tags; a reader skips
 /// a tag it does not know in a log of a higher minor version.
-pub const MINOR_VERSION: u8 = 0;
+pub const MINOR_VERSION: u8 = 1;
 /// Bytes of the file header: the magic and the two versions.
 pub const FILE_HEADER_LEN: usize = MAGIC.len() + 2;
 /// The longest frame a reader accepts (a larger length is a corrupt frame).
@@ -57,6 +57,8 @@ pub mod tag {
     pub const POST_MORTEM: u8 = 0x0b;
     pub const LOOP_END: u8 = 0x0c;
     pub const MEMORY: u8 = 0x0d;
+    /// The `sampling` event: the interval (minor version 1).
+    pub const SAMPLING: u8 = 0x0e;
 }
 
 /// The site kinds by their byte in a `site` record.

@@ -322,6 +322,10 @@ impl<R: BufRead> BinaryReader<R> {
                 c.data = &[];
                 Event::PostMortem { t_ns, post_mortem }
             }
+            tag::SAMPLING => match c.u64()? {
+                0 => return Err("a sampling interval of 0 bytes".into()),
+                interval => Event::Sampling { interval },
+            },
             tag::LOOP_END => Event::LoopEnd {
                 t_ns: self.time(&mut c)?,
                 frame: c.u64()?,

@@ -205,6 +205,9 @@ fn sample() -> Vec<Event> {
         device: "cuda:0".into(),
         thread: 1,
     });
+    events.push(Event::Sampling {
+        interval: 512 * 1024,
+    });
     let sweep = crate::event::line::tests::sweep;
     events.push(Event::IterationEnd {
         t_ns: 60_000,
@@ -408,12 +411,32 @@ fn other_versions_and_other_files() {
     let err = err.unwrap();
     assert!(matches!(
         err,
-        ReadError::BinaryVersion { major: 2, minor: 0 }
+        ReadError::BinaryVersion {
+            major: 2,
+            minor: MINOR_VERSION
+        }
     ));
     assert_eq!(
         err.to_string(),
-        "binary event log format version 2.0 is not supported (this build reads version 1.x)"
+        format!(
+            "binary event log format version 2.{MINOR_VERSION} is not supported (this build reads version 1.x)"
+        )
     );
+    // A log of an earlier minor version (1.0: no `sampling` record) reads as before.
+    let exact: Vec<Event> = sample()
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Sampling { .. }))
+        .collect();
+    let mut v1_0 = binary(&exact);
+    v1_0[9] = 0;
+    let (read, _, err) = read_all(&v1_0);
+    assert!(err.is_none());
+    assert_eq!(read, exact);
+    // A sampling interval of 0 bytes says nothing: a corrupt record.
+    let mut zero = binary(&[Event::header(1, 2)]);
+    zero.extend_from_slice(&[2, tag::SAMPLING, 0]);
+    let err = read_all(&zero).2.unwrap().to_string();
+    assert!(err.contains("a sampling interval of 0 bytes"), "{err}");
     // A later minor version's record kind is skipped; in this version it is an error.
     let mut header = binary(&[Event::header(1, 2)]);
     header.extend_from_slice(&[3, 0x40, 1, 2]);

@@ -248,6 +248,11 @@ impl<W: Write> BinaryWriter<W> {
                 }
                 f.close();
             }
+            Event::Sampling { interval } => {
+                let f = Frame::open(&mut self.buf, tag::SAMPLING);
+                put(f.buf, *interval);
+                f.close();
+            }
             Event::Site { id, info } => {
                 let f = Frame::open(&mut self.buf, tag::SITE);
                 put(f.buf, u64::from(*id));

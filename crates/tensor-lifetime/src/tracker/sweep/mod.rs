@@ -48,10 +48,12 @@
 //! may be confirmed at the next enclosing iteration end, not later. Records whose tensor
 //! had an autograd op stay young, so a graph leak still costs a walk of its survivors.
 
+mod estimate;
 mod generations;
 mod holders;
 mod site_counts;
 
+pub(in crate::tracker) use estimate::{estimate_live, estimate_sites, estimate_temporaries};
 pub(in crate::tracker) use holders::{live_holdings, GraphInputs, Holding};
 
 use super::frames::FrameState;
