@@ -1,5 +1,6 @@
-//! The sampled mode: which tensors the tracker records when it records only a sample,
-//! and the weight each sampled tensor stands for.
+//! The sampled mode: which tensors the tracker records when it records only a sample
+//! (the weight each stands for is the report crate's `model::sample_weight`, which the
+//! sweeps' estimates and the readers of a sampled log share).
 //!
 //! In exact mode (the default) every tensor a probe sees gets a record. In sampled mode
 //! (`TENSOR_LIFETIME_SAMPLE=512KiB`, or [`set_sampling`]) a tensor of `s` own bytes is
@@ -28,7 +29,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use tensor_lifetime_report::model::{sample_probability, sample_weight};
+use tensor_lifetime_report::model::sample_probability;
 use tensor_lifetime_report::size::parse_size;
 
 /// How the tracker chooses the tensors it records.
@@ -331,15 +332,6 @@ fn probability_at(interval: u64, bytes: u64) -> f64 {
         return 1.0;
     }
     sample_probability(interval, bytes)
-}
-
-/// What one sampled tensor of `bytes` own bytes stands for: `1 / p` tensors (1 in exact
-/// mode; 0 for a tensor of no bytes, which is never sampled).
-pub(crate) fn weight(bytes: u64) -> f64 {
-    match INTERVAL.load(Ordering::Relaxed) {
-        UNSET => 1.0,
-        interval => sample_weight(interval, bytes),
-    }
 }
 
 /// The interval in force, if sampling (reports say it beside their estimates).

@@ -316,11 +316,11 @@ fn a_sampled_runs_loops_count_their_quiet_iterations() {
 }
 
 /// A sampled run's live figures are estimates, as its findings are: the live tensors and
-/// bytes of the report and `memory_allocated` stand for every tensor, not only the
-/// sampled ones (median over 21 seeds within 10% of the exact figure; the sample alone
-/// holds about a fifth of them). Its event log says it samples (a `sampling` event
-/// before the first birth), so a report made from the log says its figures are
-/// estimates.
+/// bytes of the report, `memory_allocated`, the post-mortem's sites, the pprof profile and
+/// the births per site stand for every tensor, not only the sampled ones (median over 21
+/// seeds within 10% of the exact figure; the sample alone holds about a fifth of them),
+/// and say so. Its event log says it samples (a `sampling` event before the first birth),
+/// so a report made from the log says its figures are estimates.
 #[test]
 fn a_sampled_runs_live_figures_are_estimates_and_its_log_says_so() {
     if !tensor_lifetime_tests::process::alone(
@@ -338,47 +338,74 @@ fn a_sampled_runs_live_figures_are_estimates_and_its_log_says_so() {
     const KEPT: u64 = 200;
     set_sampling(Sampling::Interval(INTERVAL));
 
+    /// The figures of `KEPT` kept tensors: live tensors and bytes of the report,
+    /// `memory_allocated`, the post-mortem's tensors of their site, the pprof profile's
+    /// live tensors, the births at their site so far.
     #[tensor_lifetime::track]
-    fn keep(iterations: u64, per: u64) -> candle_core::Result<(u64, u64, u64)> {
+    fn keep(iterations: u64, per: u64) -> candle_core::Result<[u64; 6]> {
         let device = candle_core::Device::Cpu;
         let mut kept = Vec::new();
         for _ in 0..iterations {
             for _ in 0..per {
-                let x = candle_core::Tensor::zeros(16, candle_core::DType::F32, &device)?;
-                kept.push(x);
+                let kept_x = candle_core::Tensor::zeros(16, candle_core::DType::F32, &device)?;
+                kept.push(kept_x);
             }
         }
         let report = tensor_lifetime::report();
         let allocated = tensor_lifetime::memory_allocated(&device).expect("the CPU has stats");
-        Ok((report.live_tensors, report.live_bytes, allocated))
+        let pm = tensor_lifetime::post_mortem();
+        assert!(
+            pm.estimated && pm.to_string().contains("estimated: "),
+            "{pm}"
+        );
+        let at_site = pm.by_site.iter().find(|s| s.site.label == "kept_x");
+        let profile = tensor_lifetime::pprof_profile();
+        assert!(profile
+            .comments
+            .iter()
+            .any(|c| c.starts_with("estimated: ")));
+        let births = tensor_lifetime::site_totals()
+            .into_iter()
+            .find(|t| t.site.label == "kept_x")
+            .map_or(0, |t| t.born);
+        Ok([
+            report.live_tensors,
+            report.live_bytes,
+            allocated,
+            at_site.map_or(0, |s| s.tensors),
+            profile.live.iter().map(|g| g.tensors).sum(),
+            births,
+        ])
     }
-    let mut tensors = Vec::new();
-    let mut bytes = Vec::new();
-    let mut allocated = Vec::new();
+    let mut figures: [Vec<u64>; 6] = Default::default();
+    let mut births_so_far = 0;
     for seed in 0..21 {
         set_sample_seed(seed);
-        let (t, b, a) = keep(10, KEPT / 10).unwrap();
-        tensors.push(t);
-        bytes.push(b);
-        allocated.push(a);
+        let mut run = keep(10, KEPT / 10).unwrap();
+        // The births per site count every run's: this run's are the difference.
+        (run[5], births_so_far) = (run[5] - births_so_far, run[5]);
+        for (v, f) in figures.iter_mut().zip(run) {
+            v.push(f);
+        }
     }
     set_sampling(Sampling::Exact);
-    let median = |v: &mut Vec<u64>| {
+    let exact = [KEPT, KEPT * 64, KEPT * 64, KEPT, KEPT, KEPT];
+    let names = [
+        "live tensors",
+        "live bytes",
+        "memory_allocated",
+        "post-mortem tensors",
+        "pprof tensors",
+        "births",
+    ];
+    for ((mut v, exact), name) in figures.into_iter().zip(exact).zip(names) {
         v.sort_unstable();
-        v[v.len() / 2] as f64
-    };
-    let within = |v: f64, exact: u64| (v / exact as f64 - 1.0).abs() <= 0.10;
-    let (t, b, a) = (
-        median(&mut tensors),
-        median(&mut bytes),
-        median(&mut allocated),
-    );
-    assert!(
-        within(t, KEPT),
-        "live tensors {t} (exact {KEPT}): {tensors:?}"
-    );
-    assert!(within(b, KEPT * 64), "live bytes {b}: {bytes:?}");
-    assert!(within(a, KEPT * 64), "memory_allocated {a}: {allocated:?}");
+        let median = v[v.len() / 2] as f64;
+        assert!(
+            (median / exact as f64 - 1.0).abs() <= 0.10,
+            "{name}: median {median}, exact {exact}: {v:?}"
+        );
+    }
 
     // The log (flushed by a report): one `sampling` event, before the first birth; the
     // report made from it says its figures are estimates at that interval.

@@ -35,6 +35,26 @@ pub struct PostMortem {
     /// What the devices say of their memory (pool and free memory on CUDA; absent on
     /// the CPU).
     pub devices: Vec<DeviceMemory>,
+    /// The counts and bytes are estimates from the sampled mode's records, one tensor per
+    /// `sample_interval` bytes on average, each scaled by the inverse of its probability
+    /// (the largest tensors are real ones, among those sampled).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub estimated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_interval: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl PostMortem {
+    /// Marks the figures as estimates from a sample taken every `interval` bytes on
+    /// average (the tracker's sampled mode).
+    pub fn mark_estimated(&mut self, interval: u64) {
+        self.estimated = true;
+        self.sample_interval = Some(interval);
+    }
 }
 
 /// Live bytes of one creation site.
@@ -131,6 +151,13 @@ impl fmt::Display for PostMortem {
             group(self.live_tensors),
             format_bytes(self.live_bytes)
         )?;
+        if self.estimated {
+            writeln!(
+                f,
+                "  {}",
+                super::sampling::estimate_sentence(self.sample_interval)
+            )?;
+        }
         for d in &self.devices {
             let m = &d.memory;
             write!(f, "  {}: tracked {}", d.device, format_bytes(m.tracked))?;

@@ -4,7 +4,7 @@
 
 use super::sink::write_json;
 use super::sweep::{SweepResult, Walk};
-use super::{post_mortem, profile, queries, LiveTensor, SiteTotals, State, Tracker};
+use super::{post_mortem, profile, queries, sampling_now, LiveTensor, SiteTotals, State, Tracker};
 use crate::device::DeviceId;
 use tensor_lifetime_report::event::{Event, MemorySample};
 use tensor_lifetime_report::pprof::LiveProfile;
@@ -40,7 +40,8 @@ impl Tracker {
     /// Per-site totals of tensors born and dropped, in source order.
     pub(crate) fn site_totals(&self) -> Vec<SiteTotals> {
         let (st, _) = self.settled();
-        queries::site_totals(&st.parts.registry, &st.sites, &st.parts.sink)
+        let sink = (&st.parts.sink, sampling_now());
+        queries::site_totals(&st.parts.registry, &st.sites, sink)
     }
 
     /// Live and peak tracked bytes on `device`.
@@ -70,10 +71,11 @@ impl Tracker {
         let mut pm = {
             let (mut st, sweep) = self.settled();
             st.parts.sink.declare_call_paths();
+            let sample = sampling_now();
             let mut pm = post_mortem::live_by_origin(
                 &st.parts.registry,
                 &st.parts.made_from,
-                &st.parts.sink,
+                (&st.parts.sink, sample),
             );
             pm.reason = reason.to_string();
             pm.live_tensors = sweep.live_tensors;
@@ -95,16 +97,17 @@ impl Tracker {
         pm
     }
 
-    /// Writes the post-mortem everywhere the tracker writes (stderr, the event log, the
-    /// JSON report).
     /// What is live now as a pprof profile (drains and sweeps first).
     pub(crate) fn live_profile(&self) -> LiveProfile {
         let (mut st, _) = self.settled();
         st.parts.sink.declare_call_paths();
         let p = &st.parts;
-        profile::live_profile(&p.registry, &p.made_from, &p.sink, self.now_ns())
+        let now = (self.now_ns(), sampling_now());
+        profile::live_profile(&p.registry, &p.made_from, &p.sink, now)
     }
 
+    /// Writes the post-mortem everywhere the tracker writes (stderr, the event log, the
+    /// JSON report).
     pub(crate) fn write_post_mortem(&self, pm: &PostMortem) {
         eprint!("{pm}");
         let t_ns = self.now_ns();

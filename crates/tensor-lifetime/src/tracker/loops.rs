@@ -234,9 +234,9 @@ impl Tracker {
                 let State { parts, sweeper, .. } = &mut *st;
                 if sampled {
                     self.settle_quiet((frame, iteration), probes, parts.registry.len());
-                    if sample::interval().is_some() {
-                        sweep::estimate_sites(sweeper.sites_mut(), sample::weight);
-                        sweep::estimate_temporaries(&mut roles, sample::weight);
+                    if let Some(sample) = sweep::Sample::at(sample::interval()) {
+                        sweep::estimate_sites(sweeper.sites_mut(), sample);
+                        sweep::estimate_temporaries(&mut roles, sample);
                     }
                 }
                 parts.sink.iteration_end(

@@ -358,19 +358,14 @@ impl State {
     /// ([`sweep::estimate_live`]).
     fn sweep(&mut self, walk: Walk, t_ns: u64, log: bool) -> SweepResult {
         let mut result = self.sweeper.sweep(walk, t_ns, log, &mut self.parts);
-        if crate::sample::interval().is_some() && !probe::in_session() {
+        if let Some(sample) = sampling_now() {
             let Parts {
                 registry,
                 devices,
                 roles,
                 ..
             } = &mut self.parts;
-            sweep::estimate_live(
-                registry,
-                (devices, roles),
-                &mut result,
-                crate::sample::weight,
-            );
+            sweep::estimate_live(registry, (devices, roles), &mut result, sample);
         }
         result
     }
@@ -394,6 +389,15 @@ impl State {
             );
         }
     }
+}
+
+/// The sample this thread's figures are estimated at: the sampled mode's interval,
+/// outside a leak test (which records every tensor); `None` in exact mode.
+fn sampling_now() -> Option<sweep::Sample> {
+    if probe::in_session() {
+        return None;
+    }
+    sweep::Sample::at(crate::sample::interval())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::inputs::MadeFrom;
 use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
-use super::sweep::{self, GraphInputs, Holding};
+use super::sweep::{self, GraphInputs, Holding, Sample};
 use super::tally::Devices;
 use crate::device::{Counters, DeviceId};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,8 +26,9 @@ const TOP: usize = 10;
 /// Per creation site: bytes, tensors, and the role and path of its first record.
 #[derive(Default)]
 struct SiteTally {
-    bytes: u64,
-    tensors: u64,
+    /// Sums of the records' weights (each 1 in exact mode).
+    bytes: f64,
+    tensors: f64,
     role: Role,
     path: u32,
 }
@@ -66,14 +67,22 @@ pub(super) fn read_counters(pm: &mut PostMortem, ids: Vec<DeviceId>) {
 /// holder, and the largest tensors (each storage counted once, for its oldest record).
 /// Holders are chosen by the rule of the findings ([`sweep::live_holdings`]), graphs included
 /// (`made_from`: the inputs the macro saw); sites and call paths are named by `sink`.
-pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &Sink) -> PostMortem {
+pub(super) fn live_by_origin(
+    registry: &Registry,
+    made_from: &MadeFrom,
+    (sink, sample): (&Sink, Option<Sample>),
+) -> PostMortem {
     let holdings = sweep::live_holdings(GraphInputs {
         made_from,
         registry,
     });
     let mut sites: Vec<(u32, SiteTally)> = Vec::new();
-    let mut by_holder: Vec<(HolderSpec, (u64, u64))> = Vec::new();
+    let mut by_holder: Vec<(HolderSpec, (f64, f64))> = Vec::new();
     let mut pm = PostMortem::default();
+    if let Some(s) = sample {
+        pm.mark_estimated(s.interval());
+    }
+    let mut by_role = [(0.0, 0.0); Role::ALL.len()];
     let mut owners = Vec::new();
     for &Holding {
         record: r,
@@ -81,9 +90,16 @@ pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &S
         holder,
     } in &holdings
     {
-        let bytes = if owns { r.storage_bytes } else { 0 };
+        // What the record stands for: its weight in the sampled mode.
+        let w = sweep::weight_of(sample, r);
+        let bytes = if owns {
+            r.storage_bytes as f64 * w
+        } else {
+            0.0
+        };
         let role = roles::role(r.role);
-        pm.by_role.add(role, bytes, 1);
+        let slot = &mut by_role[role.index()];
+        (slot.0, slot.1) = (slot.0 + bytes, slot.1 + w);
         let s = match sites.iter_mut().find(|(s, _)| *s == r.site) {
             Some((_, s)) => s,
             None => {
@@ -99,28 +115,34 @@ pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &S
             }
         };
         s.bytes += bytes;
-        s.tensors += 1;
+        s.tensors += w;
         match by_holder.iter_mut().find(|(h, _)| *h == holder) {
-            Some((_, (b, n))) => (*b, *n) = (*b + bytes, *n + 1),
-            None => by_holder.push((holder, (bytes, 1))),
+            Some((_, (b, n))) => (*b, *n) = (*b + bytes, *n + w),
+            None => by_holder.push((holder, (bytes, w))),
         }
         if owns {
             owners.push(r);
         }
     }
-    sites.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+    for (role, (bytes, tensors)) in Role::ALL.into_iter().zip(by_role) {
+        if tensors > 0.0 {
+            pm.by_role
+                .add(role, bytes.round() as u64, tensors.round() as u64);
+        }
+    }
+    sites.sort_by(|a, b| b.1.bytes.total_cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
     pm.by_site = sites
         .iter()
         .take(TOP)
         .map(|(id, s)| SiteBytes {
             site: sink.site_ref(*id),
             role: s.role,
-            bytes: s.bytes,
-            tensors: s.tensors,
+            bytes: s.bytes.round() as u64,
+            tensors: s.tensors.round() as u64,
             call_path: sink.call_path(s.path),
         })
         .collect();
-    by_holder.sort_by_key(|h| std::cmp::Reverse(h.1 .0));
+    by_holder.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
     pm.by_holder = by_holder
         .iter()
         .take(TOP)
@@ -138,9 +160,9 @@ pub(super) fn live_by_origin(registry: &Registry, made_from: &MadeFrom, sink: &S
                     file: site.as_ref().map(|s| s.file.clone()),
                     line: site.as_ref().map(|s| s.line),
                     label: site.map(|s| s.label),
-                    count: *count,
+                    count: count.round() as u64,
                 },
-                bytes: *bytes,
+                bytes: bytes.round() as u64,
             }
         })
         .collect();

@@ -8,10 +8,11 @@ use super::keep::FastMap;
 use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
-use super::sweep::{self, GraphInputs};
+use super::sweep::{self, GraphInputs, Sample};
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tensor_lifetime_report::event::HolderSpec;
+use tensor_lifetime_report::model::estimate_sentence;
 use tensor_lifetime_report::pprof::{Allocated, LiveGroup, LiveProfile};
 
 /// A group's key: site, call path, role code, device, holder (bytes and tensors are
@@ -19,39 +20,45 @@ use tensor_lifetime_report::pprof::{Allocated, LiveGroup, LiveProfile};
 type Group = (u32, u32, u8, String, HolderSpec);
 
 /// The profile of the records of `registry` (sites and call paths named by `sink`, whose
-/// call paths are declared); `duration_ns`: the tracker's clock now.
+/// call paths are declared); `duration_ns`: the tracker's clock now. In the sampled mode
+/// (`sample`) each record stands for its weight, as pprof's heap profiles scale theirs,
+/// and the comments say the figures are estimates.
 pub(super) fn live_profile(
     registry: &Registry,
     made_from: &MadeFrom,
     sink: &Sink,
-    duration_ns: u64,
+    (duration_ns, sample): (u64, Option<Sample>),
 ) -> LiveProfile {
     let holdings = sweep::live_holdings(GraphInputs {
         made_from,
         registry,
     });
-    let mut groups: BTreeMap<Group, (u64, u64)> = BTreeMap::new();
+    let mut groups: BTreeMap<Group, (f64, f64)> = BTreeMap::new();
     for h in &holdings {
         let r = h.record;
         let key = (r.site, r.path, r.role, r.device.to_string(), h.holder);
         let g = groups.entry(key).or_default();
-        g.0 += if h.owns { r.storage_bytes } else { 0 };
-        g.1 += 1;
+        let w = sweep::weight_of(sample, r);
+        if h.owns {
+            g.0 += r.storage_bytes as f64 * w;
+        }
+        g.1 += w;
     }
     let catalog = sink.catalog();
     let mut live: Vec<LiveGroup> = groups
         .into_iter()
-        .map(
-            |((site, path, role, device, holder), (bytes, tensors))| LiveGroup {
+        .map(|((site, path, role, device, holder), (bytes, tensors))| {
+            let tensors = tensors.round() as u64;
+            LiveGroup {
                 site: sink.site_ref(site),
                 call_path: sink.call_path(path),
                 role: roles::role(role),
                 device,
                 holder: catalog.holder_ref(&holder, tensors).to_string(),
-                bytes,
+                bytes: bytes.round() as u64,
                 tensors,
-            },
-        )
+            }
+        })
         .collect();
     live.sort_by_key(|g| std::cmp::Reverse(g.bytes));
     // A site's call path: that of its first live record, if any.
@@ -73,9 +80,11 @@ pub(super) fn live_profile(
         allocated,
         time_unix_ns: now,
         duration_ns: i64::try_from(duration_ns).unwrap_or(i64::MAX),
-        comments: vec![format!(
+        comments: std::iter::once(format!(
             "tensor-lifetime: live tensors of process {} when write_pprof was called",
             std::process::id()
-        )],
+        ))
+        .chain(sample.map(|s| estimate_sentence(Some(s.interval()))))
+        .collect(),
     }
 }

@@ -4,6 +4,7 @@
 
 use super::registry::Registry;
 use super::sink::Sink;
+use super::sweep::{weight_of, Sample};
 use crate::site::Site;
 
 /// Births and drops of one creation site so far, as [`crate::site_totals`] lists them.
@@ -43,16 +44,18 @@ pub(super) fn live(
 }
 
 /// Per-site totals of tensors born (the judgement's count, from `sink`) and dropped
-/// (the births not alive in `registry` now), in source order.
+/// (the births not alive in `registry` now), in source order. In the sampled mode
+/// (`sample`) both are estimates: a live record counts for its weight, as a birth does.
 pub(super) fn site_totals(
     registry: &Registry,
     sites: &[&'static Site],
-    sink: &Sink,
+    (sink, sample): (&Sink, Option<Sample>),
 ) -> Vec<SiteTotals> {
-    let mut live = vec![0u64; sites.len()];
+    let mut weights = vec![0.0; sites.len()];
     for r in registry.iter() {
-        live[r.site as usize - 1] += 1;
+        weights[r.site as usize - 1] += weight_of(sample, r);
     }
+    let live = weights.into_iter().map(|w: f64| w.round() as u64);
     let mut v: Vec<_> = sites
         .iter()
         .zip(1u32..)

@@ -1,6 +1,6 @@
 //! A sampled sweep's figures made estimates. In the sampled mode a record stands for the
-//! inverse of the probability that its tensor was sampled (`weight` of its own bytes:
-//! the root passes [`crate::sample::weight`]), so what a walk counted of the records is
+//! inverse of the probability that its tensor was sampled ([`Sample::of`], by its own
+//! bytes, the law of the report crate's model), so what a walk counted of the records is
 //! scaled by their weights: the
 //! live tensors (the sum of the weights), the live bytes per device and per role (each
 //! counted once per storage by the walk, times its records' mean weight per byte), the
@@ -8,11 +8,51 @@
 
 use super::SweepResult;
 use crate::device::DeviceId;
-use crate::tracker::registry::Registry;
+use crate::tracker::registry::{Record, Registry};
 use crate::tracker::roles;
 use crate::tracker::tally::{scaled, Devices, RoleTally, Weights};
 use tensor_lifetime_report::event::SiteSweep;
+use tensor_lifetime_report::model::sample_weight;
 use tensor_lifetime_report::RoleBytes;
+
+/// The sampled mode's interval, as the figures of a walk are estimated at it (the root
+/// makes one while the tracker samples, outside a leak test).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::tracker) struct Sample {
+    interval: u64,
+}
+
+impl Sample {
+    /// The sample at `interval` (`None`: exact, nothing to estimate).
+    pub(in crate::tracker) fn at(interval: Option<u64>) -> Option<Sample> {
+        interval.map(|interval| Sample { interval })
+    }
+
+    /// The interval in bytes.
+    pub(in crate::tracker) fn interval(self) -> u64 {
+        self.interval
+    }
+
+    /// What a sampled tensor of `bytes` own bytes stands for.
+    fn weight(self, bytes: u64) -> f64 {
+        sample_weight(self.interval, bytes)
+    }
+
+    /// What record `r` stands for: the inverse of its tensor's probability, by its own
+    /// bytes; a record made in a leak test (which records every tensor) counts once.
+    pub(in crate::tracker) fn of(self, r: &Record) -> f64 {
+        if r.session != 0 {
+            1.0
+        } else {
+            self.weight(r.view_bytes)
+        }
+    }
+}
+
+/// What record `r` stands for under `sample` (1 in exact mode).
+pub(in crate::tracker) fn weight_of(sample: Option<Sample>, r: &Record) -> f64 {
+    sample.map_or(1.0, |s| s.of(r))
+}
 
 /// Makes the figures of a sweep that just walked `registry` estimates: `result`, the
 /// devices' live bytes (and their peaks) and the live split by role.
@@ -20,13 +60,13 @@ pub(in crate::tracker) fn estimate_live(
     registry: &Registry,
     (devices, roles): (&mut Devices, &mut RoleTally),
     result: &mut SweepResult,
-    weight: impl Fn(u64) -> f64,
+    sample: Sample,
 ) {
     let mut tensors = 0.0;
     let mut by_device: Vec<(DeviceId, Weights)> = Vec::new();
     let mut by_role = [Weights::default(); 8];
     for r in registry.iter() {
-        let w = weight(r.view_bytes);
+        let w = sample.of(r);
         tensors += w;
         let d = match by_device.iter().position(|(d, _)| *d == r.device) {
             Some(i) => i,
@@ -51,12 +91,9 @@ pub(in crate::tracker) fn estimate_live(
 /// Makes an iteration end's temporaries estimates: each role's count and bytes times the
 /// weight of a temporary of their mean own bytes (a role's temporaries of one loop body
 /// mostly share a few shapes).
-pub(in crate::tracker) fn estimate_temporaries(
-    split: &mut [RoleBytes],
-    weight: impl Fn(u64) -> f64,
-) {
+pub(in crate::tracker) fn estimate_temporaries(split: &mut [RoleBytes], sample: Sample) {
     for r in split.iter_mut().filter(|r| r.temporary_tensors > 0) {
-        let w = weight((r.temporary_bytes / r.temporary_tensors).max(1));
+        let w = sample.weight((r.temporary_bytes / r.temporary_tensors).max(1));
         r.temporary_tensors = scaled(r.temporary_tensors, w);
         r.temporary_bytes = scaled(r.temporary_bytes, w);
     }
@@ -66,14 +103,14 @@ pub(in crate::tracker) fn estimate_temporaries(
 /// and bytes times the weight of a tensor of its survivors' mean own bytes (a view's own
 /// bytes are its view bytes; the sample chose by them). A site's tensors mostly share
 /// one shape, so the mean is their size.
-pub(in crate::tracker) fn estimate_sites(sites: &mut [SiteSweep], weight: impl Fn(u64) -> f64) {
+pub(in crate::tracker) fn estimate_sites(sites: &mut [SiteSweep], sample: Sample) {
     for s in sites.iter_mut().filter(|s| s.survivors > 0) {
         let own = if s.view_bytes > 0 {
             s.view_bytes
         } else {
             s.bytes
         };
-        let w = weight((own / s.survivors).max(1));
+        let w = sample.weight((own / s.survivors).max(1));
         for v in [
             &mut s.survivors,
             &mut s.bytes,

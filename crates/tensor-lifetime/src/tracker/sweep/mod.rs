@@ -53,7 +53,9 @@ mod generations;
 mod holders;
 mod site_counts;
 
-pub(in crate::tracker) use estimate::{estimate_live, estimate_sites, estimate_temporaries};
+pub(in crate::tracker) use estimate::{
+    estimate_live, estimate_sites, estimate_temporaries, weight_of, Sample,
+};
 pub(in crate::tracker) use holders::{live_holdings, GraphInputs, Holding};
 
 use super::frames::FrameState;
