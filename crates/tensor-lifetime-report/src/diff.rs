@@ -10,6 +10,7 @@
 //! A site **grew** when the new run keeps more survivors or more bytes there than the
 //! base run (a site with no finding in a run counts as 0 there).
 
+use crate::model::is_false;
 use crate::report::{Finding, FindingKind, Report};
 use crate::size::format_bytes;
 use serde::{Deserialize, Serialize};
@@ -124,10 +125,6 @@ pub struct Totals {
     pub estimated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_interval: Option<u64>,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 impl Totals {

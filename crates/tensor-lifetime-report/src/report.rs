@@ -1,7 +1,7 @@
 //! The [`Report`]: findings with their sites, holders and sizes; its JSON shape (serde)
 //! and its text rendering (`Display`).
 
-use crate::model::{Forecast, MemorySample};
+use crate::model::{is_false, Forecast, MemorySample};
 pub use crate::model::{HolderKind, HolderRef, SiteRef};
 use crate::post_mortem::PostMortem;
 use crate::roles::{format_call_path, CallFrame, MemoryByRole, Role};
@@ -302,10 +302,6 @@ pub struct Report {
     /// When the leaks of the loop with the largest one use up the device's free memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<Forecast>,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 impl Report {

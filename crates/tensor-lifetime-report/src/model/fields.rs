@@ -4,3 +4,8 @@
 pub(crate) fn is_zero(v: &u64) -> bool {
     *v == 0
 }
+
+/// `skip_serializing_if` of the flags that a report leaves out when false.
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}

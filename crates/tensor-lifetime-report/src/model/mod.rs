@@ -23,4 +23,4 @@ pub use sampling::{born_weight, estimate_sentence, sample_probability, sample_we
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
 pub use sweep::{MemorySample, SiteSweep};
 
-pub(crate) use fields::is_zero;
+pub(crate) use fields::{is_false, is_zero};

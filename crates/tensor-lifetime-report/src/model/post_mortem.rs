@@ -5,6 +5,7 @@
 //! The tracker fills it (`tensor_lifetime::post_mortem()`); this crate gives it its JSON
 //! shape (also the `post_mortem` event of the log) and its text.
 
+use super::fields::is_false;
 use super::holder::HolderRef;
 use super::roles::{format_call_path, CallFrame, Role, RoleSplit};
 use super::site::SiteRef;
@@ -42,10 +43,6 @@ pub struct PostMortem {
     pub estimated: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_interval: Option<u64>,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 impl PostMortem {
