@@ -182,6 +182,9 @@ fn the_scrape_passes_promtool() {
     }
     let growth = sample(&text, "tensor_lifetime_largest_leak_growth_bytes").unwrap();
     assert_eq!(growth, (256 << 10) as f64, "{text}");
+    // An exact run: its figures are no estimates.
+    let interval = sample(&text, "tensor_lifetime_sample_interval_bytes");
+    assert_eq!(interval, Some(0.0), "{text}");
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

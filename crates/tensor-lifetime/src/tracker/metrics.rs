@@ -59,6 +59,8 @@ mod on {
         };
         gauge!("tensor_lifetime_forecast_iterations_left").set(iterations);
         gauge!("tensor_lifetime_forecast_seconds_left").set(seconds);
+        let interval = report.sample_interval.filter(|_| report.estimated);
+        gauge!("tensor_lifetime_sample_interval_bytes").set(interval.unwrap_or(0) as f64);
     }
 
     /// The CUDA pool's used and reserved bytes of `device` (nothing on other devices).
@@ -78,7 +80,7 @@ mod on {
     /// The metrics' descriptions (a recorder shows them as `# HELP`), given at every
     /// publication: a recorder installed after the first one gets them too.
     fn describe() {
-        let gauges: [(&'static str, Unit, &'static str); 12] = [
+        let gauges: [(&'static str, Unit, &'static str); 13] = [
             ("tensor_lifetime_live_bytes", Unit::Bytes, "Tracked tensor bytes alive on the device at the latest outermost iteration end (each storage once)."),
             ("tensor_lifetime_peak_live_bytes", Unit::Bytes, "Highest tracked live bytes of the device at an iteration end."),
             ("tensor_lifetime_live_tensors", Unit::Count, "Tracked tensors alive, all devices."),
@@ -89,6 +91,7 @@ mod on {
             ("tensor_lifetime_largest_leak_growth_bytes", Unit::Bytes, "Growth per iteration of the largest leak (0 without one)."),
             ("tensor_lifetime_forecast_iterations_left", Unit::Count, "Iterations until the leaks use up the device's free memory (+Inf without a leak)."),
             ("tensor_lifetime_forecast_seconds_left", Unit::Seconds, "Seconds until the leaks use up the device's free memory at the last iterations' pace (+Inf without a leak, NaN before a pace is known)."),
+            ("tensor_lifetime_sample_interval_bytes", Unit::Bytes, "The sampled mode's mean interval between sampled bytes (0: exact); while not 0 the byte and tensor figures are estimates."),
             ("tensor_lifetime_pool_used_bytes", Unit::Bytes, "Bytes of the CUDA memory pool in use."),
             ("tensor_lifetime_pool_reserved_bytes", Unit::Bytes, "Bytes the CUDA memory pool holds from the device."),
         ];

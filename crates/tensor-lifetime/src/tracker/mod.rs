@@ -394,10 +394,11 @@ impl State {
 /// The sample this thread's figures are estimated at: the sampled mode's interval,
 /// outside a leak test (which records every tensor); `None` in exact mode.
 fn sampling_now() -> Option<sweep::Sample> {
+    let interval = crate::sample::interval()?;
     if probe::in_session() {
         return None;
     }
-    sweep::Sample::at(crate::sample::interval())
+    sweep::Sample::at(Some(interval))
 }
 
 #[cfg(test)]
