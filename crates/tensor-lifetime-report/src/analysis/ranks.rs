@@ -439,10 +439,17 @@ impl MergedReport {
             memory: BTreeMap::new(),
             memory_by_role: crate::roles::MemoryByRole::default(),
             post_mortem: None,
-            estimated: false,
-            sample_interval: None,
+            estimated: self.estimated().is_some(),
+            sample_interval: self.estimated().flatten(),
             forecast: None,
         }
+    }
+
+    /// Whether a rank's figures are estimates (the sampled mode), with the first such
+    /// rank's interval.
+    fn estimated(&self) -> Option<Option<u64>> {
+        let r = self.ranks.iter().find(|r| r.report.estimated)?;
+        Some(r.report.sample_interval)
     }
 
     /// Pretty JSON.
@@ -477,6 +484,9 @@ impl fmt::Display for MergedReport {
             if leaks == 1 { "leak" } else { "leaks" },
             if leaks == 0 { "clean" } else { "LEAKING" }
         )?;
+        if let Some(interval) = self.estimated() {
+            writeln!(f, "{}", crate::model::estimate_sentence(interval))?;
+        }
         writeln!(
             f,
             "  rank  findings  leaks   live now       peak   growth/iteration  log"
@@ -564,6 +574,34 @@ mod tests {
         assert_eq!(div.len(), 1);
         assert_eq!(div[0].ranks, vec![1]);
         assert_eq!(div[0].finding.bytes_per_iteration, 8192);
+    }
+
+    #[test]
+    fn ranks_that_sample_make_the_merged_report_an_estimate() {
+        let merged = |sampled: &[u32]| {
+            let mut m = Merge::default();
+            for r in 0..4 {
+                let mut log = rank(r, 0);
+                if sampled.contains(&r) {
+                    log.report.mark_estimated(512 * 1024);
+                }
+                m.add(log);
+            }
+            m.finish().unwrap()
+        };
+        let exact = merged(&[]);
+        assert!(!exact.combined().estimated);
+        assert!(!exact.to_string().contains("estimated"));
+        let one = merged(&[2]);
+        let combined = one.combined();
+        assert!(combined.estimated);
+        assert_eq!(combined.sample_interval, Some(512 * 1024));
+        let text = one.to_string();
+        assert_eq!(
+            text.lines().nth(1),
+            Some(crate::model::estimate_sentence(Some(512 * 1024)).as_str()),
+            "{text}"
+        );
     }
 
     #[test]
