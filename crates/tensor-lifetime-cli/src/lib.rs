@@ -276,7 +276,12 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
             ReportFormat::Json => writeln!(out, "{}", report.to_json())?,
             ReportFormat::Markdown => write!(out, "{}", markdown::report(&report, &links()))?,
             ReportFormat::Sarif | ReportFormat::Github => {
-                let texts: Vec<String> = report.findings.iter().map(|f| f.to_string()).collect();
+                let note = report.estimate_note();
+                let texts: Vec<String> = report
+                    .findings
+                    .iter()
+                    .map(|f| with_note(f.to_string(), note.as_deref()))
+                    .collect();
                 let annotated: Vec<Annotated> = report
                     .findings
                     .iter()
@@ -296,10 +301,11 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
                 write!(out, "{}", markdown::report(&merged.combined(), &links()))?
             }
             ReportFormat::Sarif | ReportFormat::Github => {
+                let note = merged.combined().estimate_note();
                 let texts: Vec<String> = merged
                     .findings
                     .iter()
-                    .map(|f| f.text(merged.world_size))
+                    .map(|f| with_note(f.text(merged.world_size), note.as_deref()))
                     .collect();
                 let annotated: Vec<Annotated> = merged
                     .findings
@@ -326,6 +332,15 @@ fn links() -> Links {
         var("GITHUB_REPOSITORY").as_deref(),
         var("GITHUB_SHA").as_deref(),
     )
+}
+
+/// A finding's text for a CI annotation, with the sentence that says its figures are
+/// estimates when they are (a sampled run's).
+fn with_note(text: String, note: Option<&str>) -> String {
+    match note {
+        Some(note) => format!("{}\n{note}\n", text.trim_end()),
+        None => text,
+    }
 }
 
 fn write_ci(out: &mut impl Write, format: ReportFormat, annotated: &[Annotated]) -> Result<()> {

@@ -130,3 +130,36 @@ fn github_annotations_of_merged_ranks() {
     assert_eq!(out.status.code(), Some(0));
     assert_snapshot!(String::from_utf8(out.stdout).unwrap());
 }
+
+/// A sampled run's log (its `sampling` event after the header): every CI output says the
+/// figures are estimates, and the SARIF log stays valid.
+#[test]
+fn ci_outputs_of_a_sampled_run_say_its_figures_are_estimates() {
+    let logs = Logs::new();
+    let leaky = String::from_utf8(logs.read("leaky.jsonl")).unwrap();
+    let (header, rest) = leaky.split_once('\n').unwrap();
+    let sampled = format!("{header}\n{{\"event\":\"sampling\",\"interval\":524288}}\n{rest}");
+    logs.write("sampled.jsonl", sampled.as_bytes());
+    let note = "estimated: tensors sampled by size (one per 512.0 KiB on average)";
+
+    let out = logs.run(&["report", "sampled.jsonl", "--format", "sarif"]);
+    assert_eq!(out.status.code(), Some(0));
+    let sarif: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    validate(&sarif);
+    let results = sarif["runs"][0]["results"].as_array().unwrap();
+    assert!(!results.is_empty());
+    for r in results {
+        let text = r["message"]["text"].as_str().unwrap();
+        assert!(text.contains(note), "{text}");
+    }
+    let out = logs.run(&["report", "sampled.jsonl", "--format", "github"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().all(|l| l.contains(note)), "{text}");
+    let out = logs.run(&["report", "sampled.jsonl", "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["estimated"], true);
+    assert_eq!(json["sample_interval"], 524288);
+    // The exact run's annotations say nothing of the kind.
+    let out = logs.run(&["report", "leaky.jsonl", "--format", "github"]);
+    assert!(!String::from_utf8(out.stdout).unwrap().contains("estimated"));
+}
