@@ -69,10 +69,14 @@ pub struct MemoryStats {
     pub name: Option<String>,
     /// Whether the tracker is on; when off, `tracked` is 0.
     pub tracking: bool,
-    /// Live bytes of tracked tensors on this device (each storage counted once).
+    /// Live bytes of tracked tensors on this device (each storage counted once); in the
+    /// sampled mode an estimate (each sampled tensor's bytes scaled by the inverse of its
+    /// probability), as are the peak and `memory_allocated`.
     pub tracked: u64,
     /// Highest `tracked` seen at a sweep since the start or [`reset_peak`].
     pub tracked_peak: u64,
+    /// `tracked` and its peak are estimates: the tracker samples (`TENSOR_LIFETIME_SAMPLE`).
+    pub estimated: bool,
     /// Bytes of the pool in use by allocations (CUDA).
     pub pool_used: Option<u64>,
     /// High-water mark of `pool_used` since the start or [`reset_peak`].
@@ -159,6 +163,7 @@ pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
         tracking,
         tracked,
         tracked_peak,
+        estimated: tracking && crate::sample::interval().is_some(),
         pool_used: c.pool_used,
         pool_used_peak: c.pool_used_peak,
         pool_reserved: c.pool_reserved,
@@ -170,7 +175,8 @@ pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
     })
 }
 
-/// Live bytes of tracked tensors on `device` (PyTorch's `memory_allocated`).
+/// Live bytes of tracked tensors on `device` (PyTorch's `memory_allocated`): an estimate
+/// in the sampled mode ([`MemoryStats::tracked`]).
 pub fn memory_allocated(device: &Device) -> Result<u64> {
     Ok(memory_stats(device)?.tracked)
 }
@@ -263,6 +269,7 @@ mod tests {
             tracking: true,
             tracked: 256 << 20,
             tracked_peak: 512 << 20,
+            estimated: false,
             pool_used: Some((256 << 20) + (12 << 20)),
             pool_used_peak: Some(520 << 20),
             pool_reserved: Some(1 << 30),
@@ -352,6 +359,11 @@ mod tests {
         s.release_threshold = Some(u64::MAX);
         assert!(summary::render(&s).contains(
             "| release threshold                |   unlimited |           - |          - |"
+        ));
+        // A sampled run's tracked bytes are estimates, and the table says so.
+        s.estimated = true;
+        assert!(summary::render(&s).contains(
+            "| tracked tensors (estimated)      |   256.0 MiB |   512.0 MiB |          - |"
         ));
     }
 

@@ -48,10 +48,10 @@ pub(super) fn render(s: &MemoryStats) -> String {
                 cell(limit)
             );
         };
-    let tracked_label = if s.tracking {
-        "tracked tensors"
-    } else {
-        "tracked tensors (tracking off)"
+    let tracked_label = match (s.tracking, s.estimated) {
+        (false, _) => "tracked tensors (tracking off)",
+        (true, false) => "tracked tensors",
+        (true, true) => "tracked tensors (estimated)",
     };
     row(
         &mut out,
