@@ -10,7 +10,7 @@ use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
 use super::sweep::{self, GraphInputs, Holding, Sample};
-use super::tally::Devices;
+use super::tally::{counted, Devices};
 use crate::device::{Counters, DeviceId};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tensor_lifetime_report::event::{HolderSpec, MemorySample};
@@ -126,8 +126,7 @@ pub(super) fn live_by_origin(
     }
     for (role, (bytes, tensors)) in Role::ALL.into_iter().zip(by_role) {
         if tensors > 0.0 {
-            pm.by_role
-                .add(role, bytes.round() as u64, tensors.round() as u64);
+            pm.by_role.add(role, counted(bytes), counted(tensors));
         }
     }
     sites.sort_by(|a, b| b.1.bytes.total_cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
@@ -137,8 +136,8 @@ pub(super) fn live_by_origin(
         .map(|(id, s)| SiteBytes {
             site: sink.site_ref(*id),
             role: s.role,
-            bytes: s.bytes.round() as u64,
-            tensors: s.tensors.round() as u64,
+            bytes: counted(s.bytes),
+            tensors: counted(s.tensors),
             call_path: sink.call_path(s.path),
         })
         .collect();
@@ -160,9 +159,9 @@ pub(super) fn live_by_origin(
                     file: site.as_ref().map(|s| s.file.clone()),
                     line: site.as_ref().map(|s| s.line),
                     label: site.map(|s| s.label),
-                    count: count.round() as u64,
+                    count: counted(*count),
                 },
-                bytes: bytes.round() as u64,
+                bytes: counted(*bytes),
             }
         })
         .collect();

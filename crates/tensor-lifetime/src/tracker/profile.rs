@@ -9,6 +9,7 @@ use super::registry::Registry;
 use super::roles;
 use super::sink::Sink;
 use super::sweep::{self, GraphInputs, Sample};
+use super::tally::counted;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tensor_lifetime_report::event::HolderSpec;
@@ -48,14 +49,14 @@ pub(super) fn live_profile(
     let mut live: Vec<LiveGroup> = groups
         .into_iter()
         .map(|((site, path, role, device, holder), (bytes, tensors))| {
-            let tensors = tensors.round() as u64;
+            let tensors = counted(tensors);
             LiveGroup {
                 site: sink.site_ref(site),
                 call_path: sink.call_path(path),
                 role: roles::role(role),
                 device,
                 holder: catalog.holder_ref(&holder, tensors).to_string(),
-                bytes: bytes.round() as u64,
+                bytes: counted(bytes),
                 tensors,
             }
         })

@@ -5,6 +5,7 @@
 use super::registry::Registry;
 use super::sink::Sink;
 use super::sweep::{weight_of, Sample};
+use super::tally::counted;
 use crate::site::Site;
 
 /// Births and drops of one creation site so far, as [`crate::site_totals`] lists them.
@@ -55,7 +56,7 @@ pub(super) fn site_totals(
     for r in registry.iter() {
         weights[r.site as usize - 1] += weight_of(sample, r);
     }
-    let live = weights.into_iter().map(|w: f64| w.round() as u64);
+    let live = weights.into_iter().map(counted);
     let mut v: Vec<_> = sites
         .iter()
         .zip(1u32..)

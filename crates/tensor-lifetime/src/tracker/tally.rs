@@ -16,6 +16,9 @@ struct DeviceBytes {
     tally: u64,
     /// Generational mode: the bytes the old records own, kept as they change.
     old: u64,
+    /// The sampled mode: what the records of the latest walk weigh
+    /// ([`Devices::weigh`]; empty between estimates).
+    weights: Weights,
 }
 
 /// Tracked bytes per device, sorted by device (a handful of devices at most).
@@ -69,12 +72,21 @@ impl Devices {
         };
     }
 
-    /// A sampled sweep's live bytes made estimates: each device's times `per_byte` of it
-    /// (its peak follows). Returns the live bytes of all devices.
-    pub(super) fn scale_live(&mut self, per_byte: impl Fn(DeviceId) -> f64) -> u64 {
+    /// The sampled mode: a record on `device` that stands for `weight` tensors, its
+    /// storage of `bytes` ([`Devices::scale_live`] uses them).
+    #[inline]
+    pub(super) fn weigh(&mut self, device: DeviceId, weight: f64, bytes: u64) {
+        let i = self.index(device);
+        self.list[i].1.weights.add(weight, bytes);
+    }
+
+    /// A sampled sweep's live bytes made estimates: each device's times its records'
+    /// weight per byte ([`Devices::weigh`], then forgotten); its peak follows. Returns
+    /// the live bytes of all devices.
+    pub(super) fn scale_live(&mut self) -> u64 {
         let mut live = 0;
-        for (device, d) in &mut self.list {
-            d.live = scaled(d.live, per_byte(*device));
+        for (_, d) in &mut self.list {
+            d.live = scaled(d.live, std::mem::take(&mut d.weights).per_byte());
             d.peak = d.peak.max(d.live);
             live += d.live;
         }
@@ -255,7 +267,7 @@ impl RoleTally {
     pub(super) fn scale_live(&mut self, weights: impl Fn(usize) -> Weights) {
         for r in &mut self.split {
             let w = weights(r.role.index());
-            r.tensors = w.tensors.round() as u64;
+            r.tensors = counted(w.tensors);
             r.bytes = scaled(r.bytes, w.per_byte());
         }
     }
@@ -317,9 +329,16 @@ impl Weights {
     }
 }
 
-/// `v` scaled by `factor`, rounded (`as` saturates: no overflow).
+/// `v` scaled by `factor`, rounded ([`counted`]).
 pub(super) fn scaled(v: u64, factor: f64) -> u64 {
-    (v as f64 * factor).round() as u64
+    counted(v as f64 * factor)
+}
+
+/// A sum of weights (the sampled mode's estimates) as a count: the nearest integer, by
+/// an add and a truncation rather than a call (`as` saturates, and makes NaN 0).
+#[inline]
+pub(super) fn counted(x: f64) -> u64 {
+    (x + 0.5) as u64
 }
 
 #[cfg(test)]

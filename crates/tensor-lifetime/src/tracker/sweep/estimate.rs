@@ -7,10 +7,9 @@
 //! temporaries of each role, and each site's survivors. Exact mode never comes here.
 
 use super::SweepResult;
-use crate::device::DeviceId;
 use crate::tracker::registry::{Record, Registry};
 use crate::tracker::roles;
-use crate::tracker::tally::{scaled, Devices, RoleTally, Weights};
+use crate::tracker::tally::{counted, scaled, Devices, RoleTally, Weights};
 use tensor_lifetime_report::event::SiteSweep;
 use tensor_lifetime_report::model::sample_weight;
 use tensor_lifetime_report::RoleBytes;
@@ -63,29 +62,16 @@ pub(in crate::tracker) fn estimate_live(
     sample: Sample,
 ) {
     let mut tensors = 0.0;
-    let mut by_device: Vec<(DeviceId, Weights)> = Vec::new();
     let mut by_role = [Weights::default(); 8];
     for r in registry.iter() {
         let w = sample.of(r);
         tensors += w;
-        let d = match by_device.iter().position(|(d, _)| *d == r.device) {
-            Some(i) => i,
-            None => {
-                by_device.push((r.device, Weights::default()));
-                by_device.len() - 1
-            }
-        };
-        by_device[d].1.add(w, r.storage_bytes);
+        devices.weigh(r.device, w, r.storage_bytes);
         by_role[usize::from(r.role & roles::INDEX)].add(w, r.storage_bytes);
     }
-    result.live_bytes = devices.scale_live(|device| {
-        by_device
-            .iter()
-            .find(|(d, _)| *d == device)
-            .map_or(1.0, |(_, w)| w.per_byte())
-    });
+    result.live_bytes = devices.scale_live();
     roles.scale_live(|role| by_role[role]);
-    result.live_tensors = tensors.round() as u64;
+    result.live_tensors = counted(tensors);
 }
 
 /// Makes an iteration end's temporaries estimates: each role's count and bytes times the
