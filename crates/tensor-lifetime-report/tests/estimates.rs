@@ -118,8 +118,9 @@ fn a_sampled_log_says_so_in_every_output_and_weighs_its_births() {
                     .any(|c| c.starts_with("estimated: ")),
                 sampled
             );
+            // The births per site round each weight at random, up or down (unbiased).
             let allocated = &profile.allocated[0];
-            assert_eq!(allocated.tensors, (4.0 * weight).round() as u64);
+            assert!((allocated.tensors as f64 - 4.0 * weight).abs() < 4.0);
             let stats = &timeline.finish().stats[&2];
             assert_eq!(stats.born, (4.0 * weight).round() as u64);
             assert_eq!(stats.born_bytes, (4.0 * 64.0 * weight).round() as u64);

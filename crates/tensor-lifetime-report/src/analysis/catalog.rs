@@ -15,10 +15,9 @@ pub struct Catalog {
     call_paths: HashMap<u32, Vec<CallFrame>>,
     /// Tensors born per site, and their bytes.
     born: SiteMap<Births>,
-    /// The sampled mode's births per site as the sums of their weights (tensors, bytes),
-    /// of which `born` holds the rounded values: kept for the sites born at since the log
-    /// said it samples.
-    estimates: SiteMap<(f64, f64)>,
+    /// The draws of the sampled births' rounding ([`Catalog::born_sampled`]): a Weyl
+    /// sequence, so the same log counts the same.
+    draws: u64,
 }
 
 /// The tensors born at one site so far: how many, and their own bytes (a view's, not
@@ -104,15 +103,46 @@ impl Catalog {
 
     /// A sampled birth at `site` of `bytes` own bytes that stands for `weight` tensors
     /// ([`crate::model::sample_weight`]): the site's births are estimates from then on.
+    /// The weight is rounded at random, up with the probability of its fraction (16.5:
+    /// 16 or 17 alike), so the counts stay unbiased without keeping fractions per site:
+    /// nothing is allocated beyond an exact birth's entry (in process, a sampled run's
+    /// allocations are as few as its probes).
     pub(super) fn born_sampled(&mut self, site: u32, bytes: u64, weight: f64) {
-        let b = self.born.get_or_default(site);
-        let e = self.estimates.get_or_default(site);
-        if *e == (0.0, 0.0) {
-            *e = (b.tensors as f64, b.bytes as f64);
-        }
-        e.0 += weight;
-        e.1 += weight * bytes as f64;
+        self.draws = self.draws.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let u = (self.draws >> 11) as f64 / (1u64 << 53) as f64;
+        let whole = weight.floor();
         // `as` saturates: a corrupt log's sizes stay finite numbers.
-        (b.tensors, b.bytes) = (e.0.round() as u64, e.1.round() as u64);
+        let tensors = whole as u64 + u64::from(u < weight - whole);
+        let b = self.born.get_or_default(site);
+        b.tensors = b.tensors.saturating_add(tensors);
+        b.bytes = b.bytes.saturating_add((weight * bytes as f64 + 0.5) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_births_round_their_weights_without_bias() {
+        let mut c = Catalog::default();
+        c.born(1, 64);
+        for _ in 0..10_000 {
+            c.born_sampled(1, 64, 1.3);
+        }
+        let b = c.births_by_site().next().unwrap().1;
+        // 1 exact birth and 10 000 of weight 1.3: 13 001 on average; each 1 or 2.
+        assert!(
+            (b.tensors as f64 - 13_001.0).abs() < 13_001.0 * 0.005,
+            "{b:?}"
+        );
+        assert_eq!(b.bytes, 64 + 10_000 * 83);
+        // The same births count the same.
+        let mut again = Catalog::default();
+        again.born(1, 64);
+        for _ in 0..10_000 {
+            again.born_sampled(1, 64, 1.3);
+        }
+        assert_eq!(again.births_by_site().next().unwrap().1, b);
     }
 }
