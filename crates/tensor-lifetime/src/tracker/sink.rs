@@ -388,6 +388,7 @@ impl Sink {
                     survivors = f.survivors,
                     bytes = f.bytes,
                     bytes_per_iteration = f.bytes_per_iteration,
+                    estimated = report.estimated,
                     "tensor leak: `{}` at {}:{}",
                     f.site.label,
                     f.site.file,
