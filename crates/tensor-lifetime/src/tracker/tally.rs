@@ -16,9 +16,6 @@ struct DeviceBytes {
     tally: u64,
     /// Generational mode: the bytes the old records own, kept as they change.
     old: u64,
-    /// The sampled mode: what the records of the latest walk weigh
-    /// ([`Devices::weigh`]; empty between estimates).
-    weights: Weights,
 }
 
 /// Tracked bytes per device, sorted by device (a handful of devices at most).
@@ -72,21 +69,12 @@ impl Devices {
         };
     }
 
-    /// The sampled mode: a record on `device` that stands for `weight` tensors, its
-    /// storage of `bytes` ([`Devices::scale_live`] uses them).
-    #[inline]
-    pub(super) fn weigh(&mut self, device: DeviceId, weight: f64, bytes: u64) {
-        let i = self.index(device);
-        self.list[i].1.weights.add(weight, bytes);
-    }
-
-    /// A sampled sweep's live bytes made estimates: each device's times its records'
-    /// weight per byte ([`Devices::weigh`], then forgotten); its peak follows. Returns
-    /// the live bytes of all devices.
-    pub(super) fn scale_live(&mut self) -> u64 {
+    /// A sampled sweep's live bytes made estimates: each device's times `per_byte` of it
+    /// (its peak follows). Returns the live bytes of all devices.
+    pub(super) fn scale_live(&mut self, per_byte: impl Fn(DeviceId) -> f64) -> u64 {
         let mut live = 0;
-        for (_, d) in &mut self.list {
-            d.live = scaled(d.live, std::mem::take(&mut d.weights).per_byte());
+        for (device, d) in &mut self.list {
+            d.live = scaled(d.live, per_byte(*device));
             d.peak = d.peak.max(d.live);
             live += d.live;
         }

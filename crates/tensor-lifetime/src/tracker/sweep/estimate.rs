@@ -7,6 +7,7 @@
 //! temporaries of each role, and each site's survivors. Exact mode never comes here.
 
 use super::SweepResult;
+use crate::device::DeviceId;
 use crate::tracker::registry::{Record, Registry};
 use crate::tracker::roles;
 use crate::tracker::tally::{counted, scaled, Devices, RoleTally, Weights};
@@ -53,6 +54,9 @@ pub(in crate::tracker) fn weight_of(sample: Option<Sample>, r: &Record) -> f64 {
     sample.map_or(1.0, |s| s.of(r))
 }
 
+/// Devices whose weights a sampled sweep keeps apart.
+const DEVICES: usize = 8;
+
 /// Makes the figures of a sweep that just walked `registry` estimates: `result`, the
 /// devices' live bytes (and their peaks) and the live split by role.
 pub(in crate::tracker) fn estimate_live(
@@ -63,13 +67,32 @@ pub(in crate::tracker) fn estimate_live(
 ) {
     let mut tensors = 0.0;
     let mut by_role = [Weights::default(); 8];
+    // A handful of devices: their weights on the stack (a sampled sweep allocates
+    // nothing), the rare ones beyond counted as the last.
+    let mut by_device = [(DeviceId::default(), Weights::default()); DEVICES];
+    let mut seen = 0;
     for r in registry.iter() {
         let w = sample.of(r);
         tensors += w;
-        devices.weigh(r.device, w, r.storage_bytes);
+        let d = match by_device[..seen].iter().position(|(d, _)| *d == r.device) {
+            Some(i) => i,
+            None if seen < DEVICES => {
+                by_device[seen].0 = r.device;
+                seen += 1;
+                seen - 1
+            }
+            None => DEVICES - 1,
+        };
+        by_device[d].1.add(w, r.storage_bytes);
         by_role[usize::from(r.role & roles::INDEX)].add(w, r.storage_bytes);
     }
-    result.live_bytes = devices.scale_live();
+    let by_device = &by_device[..seen];
+    result.live_bytes = devices.scale_live(|device| {
+        by_device
+            .iter()
+            .find(|(d, _)| *d == device)
+            .map_or(1.0, |(_, w)| w.per_byte())
+    });
     roles.scale_live(|role| by_role[role]);
     result.live_tensors = counted(tensors);
 }
