@@ -41,11 +41,44 @@ impl Sample {
     /// What record `r` stands for: the inverse of its tensor's probability, by its own
     /// bytes; a record made in a leak test (which records every tensor) counts once.
     pub(in crate::tracker) fn of(self, r: &Record) -> f64 {
+        self.of_with(r, |bytes| self.weight(bytes))
+    }
+
+    /// [`Sample::of`] with `weight` of an own size.
+    #[inline]
+    fn of_with(self, r: &Record, weight: impl FnOnce(u64) -> f64) -> f64 {
         if r.session != 0 {
             1.0
         } else {
-            self.weight(r.view_bytes)
+            weight(r.view_bytes)
         }
+    }
+}
+
+/// [`Sample::of`] over a walk's records, the weight of the latest own size kept: records
+/// of one shape come in runs (a site's, an iteration's), so most of them reuse it rather
+/// than compute an exponential.
+struct Weigher {
+    sample: Sample,
+    last: (u64, f64),
+}
+
+impl Weigher {
+    fn new(sample: Sample) -> Weigher {
+        Weigher {
+            sample,
+            last: (0, sample.weight(0)),
+        }
+    }
+
+    fn of(&mut self, r: &Record) -> f64 {
+        let (sample, last) = (self.sample, &mut self.last);
+        sample.of_with(r, |bytes| {
+            if bytes != last.0 {
+                *last = (bytes, sample.weight(bytes));
+            }
+            last.1
+        })
     }
 }
 
@@ -71,8 +104,9 @@ pub(in crate::tracker) fn estimate_live(
     // nothing), the rare ones beyond counted as the last.
     let mut by_device = [(DeviceId::default(), Weights::default()); DEVICES];
     let mut seen = 0;
+    let mut weigher = Weigher::new(sample);
     for r in registry.iter() {
-        let w = sample.of(r);
+        let w = weigher.of(r);
         tensors += w;
         let d = match by_device[..seen].iter().position(|(d, _)| *d == r.device) {
             Some(i) => i,
