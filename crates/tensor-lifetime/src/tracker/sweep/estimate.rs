@@ -1,10 +1,10 @@
 //! A sampled sweep's figures made estimates. In the sampled mode a record stands for the
 //! inverse of the probability that its tensor was sampled ([`Sample::of`], by its own
 //! bytes, the law of the report crate's model), so what a walk counted of the records is
-//! scaled by their weights: the
-//! live tensors (the sum of the weights), the live bytes per device and per role (each
-//! counted once per storage by the walk, times its records' mean weight per byte), the
-//! temporaries of each role, and each site's survivors. Exact mode never comes here.
+//! scaled by their weights: the live tensors (the sum of the weights), the live bytes per
+//! device and per role (each counted once per storage by the walk, times its records'
+//! mean weight per byte), the temporaries of each role, and each site's survivors. Exact
+//! mode never comes here.
 
 use super::SweepResult;
 use crate::device::DeviceId;
@@ -87,8 +87,8 @@ pub(in crate::tracker) fn weight_of(sample: Option<Sample>, r: &Record) -> f64 {
     sample.map_or(1.0, |s| s.of(r))
 }
 
-/// Devices whose weights a sampled sweep keeps apart.
-const DEVICES: usize = 8;
+/// Devices whose weights a sampled sweep keeps apart (a host's GPUs and its CPU).
+const DEVICES: usize = 16;
 
 /// Makes the figures of a sweep that just walked `registry` estimates: `result`, the
 /// devices' live bytes (and their peaks) and the live split by role.
