@@ -16,6 +16,7 @@
 
 #![deny(unsafe_code)]
 
+mod ci;
 mod input;
 mod output;
 mod pprof;
@@ -28,13 +29,12 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tensor_lifetime_report::html::{self, HtmlOptions};
-use tensor_lifetime_report::markdown::{self, Links};
+use tensor_lifetime_report::markdown;
 use tensor_lifetime_report::ranks::MergedReport;
-use tensor_lifetime_report::sarif::Annotated;
 use tensor_lifetime_report::size::group_digits as group;
 use tensor_lifetime_report::timeline::{TimelineBuilder, DEFAULT_MAX_POINTS};
 use tensor_lifetime_report::trace::TraceWriter;
-use tensor_lifetime_report::{github, sarif, Analysis, Diff, Report};
+use tensor_lifetime_report::{Analysis, Diff, Report};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -274,21 +274,11 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
         match format {
             ReportFormat::Text => write!(out, "{report}")?,
             ReportFormat::Json => writeln!(out, "{}", report.to_json())?,
-            ReportFormat::Markdown => write!(out, "{}", markdown::report(&report, &links()))?,
+            ReportFormat::Markdown => write!(out, "{}", markdown::report(&report, &ci::links()))?,
             ReportFormat::Sarif | ReportFormat::Github => {
-                let note = report.estimate_note();
-                let texts: Vec<String> = report
-                    .findings
-                    .iter()
-                    .map(|f| with_note(f.to_string(), note.as_deref()))
-                    .collect();
-                let annotated: Vec<Annotated> = report
-                    .findings
-                    .iter()
-                    .zip(&texts)
-                    .map(|(finding, text)| Annotated { finding, text })
-                    .collect();
-                write_ci(&mut out, format, &annotated)?;
+                let sarif = format == ReportFormat::Sarif;
+                let findings = report.findings.iter().map(|f| (f, f.to_string()));
+                ci::write_annotations(&mut out, sarif, findings, report.estimate_note())?;
             }
         }
     } else {
@@ -297,57 +287,23 @@ fn report(logs: &[LogPath], format: ReportFormat) -> Result<()> {
         match format {
             ReportFormat::Text => write!(out, "{merged}")?,
             ReportFormat::Json => writeln!(out, "{}", merged.to_json())?,
-            ReportFormat::Markdown => {
-                write!(out, "{}", markdown::report(&merged.combined(), &links()))?
-            }
+            ReportFormat::Markdown => write!(
+                out,
+                "{}",
+                markdown::report(&merged.combined(), &ci::links())
+            )?,
             ReportFormat::Sarif | ReportFormat::Github => {
+                let sarif = format == ReportFormat::Sarif;
+                let findings = merged
+                    .findings
+                    .iter()
+                    .map(|f| (&f.finding, f.text(merged.world_size)));
                 let note = merged.combined().estimate_note();
-                let texts: Vec<String> = merged
-                    .findings
-                    .iter()
-                    .map(|f| with_note(f.text(merged.world_size), note.as_deref()))
-                    .collect();
-                let annotated: Vec<Annotated> = merged
-                    .findings
-                    .iter()
-                    .zip(&texts)
-                    .map(|(f, text)| Annotated {
-                        finding: &f.finding,
-                        text,
-                    })
-                    .collect();
-                write_ci(&mut out, format, &annotated)?;
+                ci::write_annotations(&mut out, sarif, findings, note)?;
             }
         }
     }
     out.flush()?;
-    Ok(())
-}
-
-/// Where Markdown links a site: the repository and commit GitHub Actions names, if set.
-fn links() -> Links {
-    let var = |name: &str| std::env::var(name).ok();
-    Links::github(
-        var("GITHUB_SERVER_URL").as_deref(),
-        var("GITHUB_REPOSITORY").as_deref(),
-        var("GITHUB_SHA").as_deref(),
-    )
-}
-
-/// A finding's text for a CI annotation, with the sentence that says its figures are
-/// estimates when they are (a sampled run's).
-fn with_note(text: String, note: Option<&str>) -> String {
-    match note {
-        Some(note) => format!("{}\n{note}\n", text.trim_end()),
-        None => text,
-    }
-}
-
-fn write_ci(out: &mut impl Write, format: ReportFormat, annotated: &[Annotated]) -> Result<()> {
-    match format {
-        ReportFormat::Sarif => writeln!(out, "{}", sarif::render(annotated))?,
-        _ => write!(out, "{}", github::render(annotated))?,
-    }
     Ok(())
 }
 
@@ -572,7 +528,7 @@ fn diff(base: &LogPath, new: &LogPath, fail_on_increase: bool, format: Format) -
     match format {
         Format::Text => write!(out, "{diff}")?,
         Format::Json => writeln!(out, "{}", diff.to_json())?,
-        Format::Markdown => write!(out, "{}", markdown::diff(&diff, &links()))?,
+        Format::Markdown => write!(out, "{}", markdown::diff(&diff, &ci::links()))?,
     }
     out.flush()?;
     if fail_on_increase && diff.grew() {
