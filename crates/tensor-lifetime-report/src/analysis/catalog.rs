@@ -4,7 +4,7 @@
 //! the memory findings and the tracker (its post-mortem, its site totals) read it.
 
 use crate::fast_hash::{HashMap, SiteMap};
-use crate::model::{HolderKind, HolderRef, HolderSpec, SiteInfo, SiteRef};
+use crate::model::{estimate_count, HolderKind, HolderRef, HolderSpec, SiteInfo, SiteRef};
 use crate::roles::CallFrame;
 
 /// Sites, call paths and births per site, by id (read-only outside the analysis).
@@ -111,11 +111,12 @@ impl Catalog {
         self.draws = self.draws.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let u = (self.draws >> 11) as f64 / (1u64 << 53) as f64;
         let whole = weight.floor();
-        // `as` saturates: a corrupt log's sizes stay finite numbers.
-        let tensors = whole as u64 + u64::from(u < weight - whole);
+        let tensors = estimate_count(whole) + u64::from(u < weight - whole);
         let b = self.born.get_or_default(site);
         b.tensors = b.tensors.saturating_add(tensors);
-        b.bytes = b.bytes.saturating_add((weight * bytes as f64 + 0.5) as u64);
+        b.bytes = b
+            .bytes
+            .saturating_add(estimate_count(weight * bytes as f64));
     }
 }
 

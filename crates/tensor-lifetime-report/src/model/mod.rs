@@ -19,7 +19,9 @@ mod sweep;
 pub use dtype::{dtype_size, own_bytes, own_bytes_sized};
 pub use forecast::{DeviceRoom, Forecast, GROWTH_FROM_DEVICE, GROWTH_FROM_LEAKS};
 pub use holder::{HolderCount, HolderKind, HolderRef, HolderSpec};
-pub use sampling::{born_weight, estimate_sentence, sample_probability, sample_weight};
+pub use sampling::{
+    born_weight, estimate_count, estimate_sentence, sample_probability, sample_weight,
+};
 pub use site::{location, SiteInfo, SiteKind, SiteNote, SiteRef};
 pub use sweep::{MemorySample, SiteSweep};
 

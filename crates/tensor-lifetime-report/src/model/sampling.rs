@@ -23,6 +23,14 @@ pub fn sample_weight(interval: u64, bytes: u64) -> f64 {
     }
 }
 
+/// A sum of weights (an estimate's count or bytes) as an integer: the nearest, by an add
+/// and a truncation rather than a call (`as` saturates, so a corrupt log's sizes stay
+/// finite, and makes NaN 0). Every estimate is rounded so.
+#[inline]
+pub fn estimate_count(x: f64) -> u64 {
+    (x + 0.5) as u64
+}
+
 /// The weight of a `born` event's tensor in a log sampled at `interval` (`None`: exact,
 /// 1): by its own bytes, its `shape` times the size of `dtype`, or the event's storage
 /// `bytes` when those are unknown, as the sample chose it.

@@ -5,7 +5,7 @@
 use super::{Allocated, LiveGroup, LiveProfile};
 use crate::event::Event;
 use crate::fast_hash::HashMap;
-use crate::model::{born_weight, HolderSpec};
+use crate::model::{born_weight, estimate_count, HolderSpec};
 use crate::roles::Role;
 use crate::Analysis;
 use std::collections::BTreeMap;
@@ -110,8 +110,7 @@ impl LiveReplay {
                 ..
             } => {
                 let weight = born_weight(self.sample_interval, shape.as_deref(), dtype, *bytes);
-                // `as` saturates: a corrupt log's sizes stay finite numbers.
-                let counted = (*bytes as f64 * weight).round() as u64;
+                let counted = estimate_count(*bytes as f64 * weight);
                 self.t_ns = *t_ns;
                 self.drop_tensor(*tensor);
                 let device = match self.devices.iter().position(|d| d == device) {
@@ -261,10 +260,10 @@ impl LiveReplay {
                     .unwrap_or_default(),
                 device: self.devices[device as usize].clone(),
                 holder: catalog
-                    .holder_ref(&holder, tensors.round() as u64)
+                    .holder_ref(&holder, estimate_count(tensors))
                     .to_string(),
-                bytes: bytes.round() as u64,
-                tensors: tensors.round() as u64,
+                bytes: estimate_count(bytes),
+                tensors: estimate_count(tensors),
             })
             .collect();
         live.sort_by_key(|g| std::cmp::Reverse(g.bytes));

@@ -18,7 +18,7 @@
 //! [`crate::Report`] beside this timeline.
 
 use crate::event::Event;
-use crate::model::{born_weight, MemorySample, SiteInfo, SiteRef, SiteSweep};
+use crate::model::{born_weight, estimate_count, MemorySample, SiteInfo, SiteRef, SiteSweep};
 use crate::roles::RoleBytes;
 use downsample::Downsampler;
 use std::collections::{BTreeMap, HashMap};
@@ -297,8 +297,7 @@ impl TimelineBuilder {
             if let Some(old) = self.storages.remove(&storage) {
                 self.sub_live(old.site, old.counted);
             }
-            // `as` saturates: a corrupt log's sizes stay finite numbers.
-            let counted = (bytes as f64 * weight).round() as u64;
+            let counted = estimate_count(bytes as f64 * weight);
             self.storages.insert(
                 storage,
                 LiveStorage {
@@ -410,7 +409,7 @@ impl TimelineBuilder {
         }
         for (site, (tensors, bytes)) in &self.births {
             let s = stats.entry(*site).or_default();
-            (s.born, s.born_bytes) = (tensors.round() as u64, bytes.round() as u64);
+            (s.born, s.born_bytes) = (estimate_count(*tensors), estimate_count(*bytes));
         }
         let (points, stride) = self.points.finish();
         let (marks, _) = self.marks.finish();

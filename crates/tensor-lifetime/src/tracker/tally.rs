@@ -322,12 +322,8 @@ pub(super) fn scaled(v: u64, factor: f64) -> u64 {
     counted(v as f64 * factor)
 }
 
-/// A sum of weights (the sampled mode's estimates) as a count: the nearest integer, by
-/// an add and a truncation rather than a call (`as` saturates, and makes NaN 0).
-#[inline]
-pub(super) fn counted(x: f64) -> u64 {
-    (x + 0.5) as u64
-}
+/// A sum of weights (the sampled mode's estimates) as a count (the report crate's rule).
+pub(super) use tensor_lifetime_report::model::estimate_count as counted;
 
 #[cfg(test)]
 mod tests {
